@@ -1,0 +1,241 @@
+"""Load and validate the catalogs (GPUs, offers, models, exchange rates, calibration) and scenarios.
+
+Built-in data lives in the repository's ``catalogs/`` folder; a scenario may name other offer files. Names are
+matched case-insensitively, GPU aliases included; an unknown name is an error with the nearest names.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import date
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from optimizer.errors import InputError, did_you_mean
+from optimizer.schema import (
+    FxFile,
+    FxRate,
+    Gpu,
+    GpuFile,
+    HfConfigRef,
+    ModelArch,
+    ModelFile,
+    Offer,
+    OfferFile,
+    Scenario,
+)
+from optimizer.yamlio import read_yaml, validate
+
+CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalogs"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Everything that can be rented and the constants the models use."""
+
+    gpus: dict[str, Gpu]  # canonical id -> spec
+    offers: list[Offer]  # in file order, ids unique
+    models: dict[str, ModelArch]  # lower-case name -> architecture
+    fx: list[FxRate]
+    calibration: dict[str, Any]
+    offer_files: tuple[str, ...] = ()
+    _gpu_names: dict[str, str] = field(default_factory=dict)  # lower-case id or alias -> canonical id
+
+    def gpu_id(self, name: str, source: str = "", where: str = "gpu") -> str:
+        """Canonical id of a GPU name or alias (case-insensitive); InputError when unknown."""
+        found = self._gpu_names.get(str(name).lower())
+        if found is None:
+            ids = sorted(self.gpus)
+            raise InputError(
+                source or "catalog", where, f"unknown GPU '{name}'{did_you_mean(name, ids)}; known: {', '.join(ids)}"
+            )
+        return found
+
+    def model(self, name: str, source: str = "", where: str = "model") -> ModelArch:
+        """Architecture of a catalog model (case-insensitive)."""
+        found = self.models.get(str(name).lower())
+        if found is None:
+            names = sorted(m.name for m in self.models.values())
+            raise InputError(
+                source or "catalog",
+                where,
+                f"unknown model '{name}'{did_you_mean(name, names)}; known: {', '.join(names)}",
+            )
+        return found
+
+    def rate(self, base: str, quote: str) -> FxRate | None:
+        """Exchange rate base->quote (inverting a stored quote->base), or None when the catalog has none."""
+        if base == quote:
+            return FxRate(base=base, quote=quote, rate=1.0, source="identity", as_of=date(1970, 1, 1))
+        for r in self.fx:
+            if r.base == base and r.quote == quote:
+                return r
+            if r.base == quote and r.quote == base:
+                return FxRate(base=base, quote=quote, rate=1.0 / r.rate, source=r.source, as_of=r.as_of)
+        return None
+
+
+def default_offer_files() -> list[Path]:
+    """Every built-in offers file, sorted by name."""
+    return sorted((CATALOG_DIR / "offers").glob("*.yaml"))
+
+
+def _load_gpus(path: Path) -> dict[str, Gpu]:
+    doc = validate(GpuFile, read_yaml(path), str(path))
+    gpus: dict[str, Gpu] = {}
+    for i, gpu in enumerate(doc.gpus):
+        if gpu.id in gpus:
+            raise InputError(str(path), f"gpus[{i}].id", f"duplicate GPU id '{gpu.id}'")
+        gpus[gpu.id] = gpu
+    return gpus
+
+
+def _gpu_name_index(gpus: dict[str, Gpu]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for gpu in gpus.values():
+        for name in [gpu.id, *gpu.aliases]:
+            names.setdefault(name.lower(), gpu.id)
+    return names
+
+
+def _load_offers(paths: list[Path], gpu_names: dict[str, str], gpus: dict[str, Gpu]) -> list[Offer]:
+    offers: list[Offer] = []
+    seen: dict[str, str] = {}
+    for path in paths:
+        doc = validate(OfferFile, read_yaml(path), str(path))
+        for i, raw in enumerate(doc.offers):
+            if not isinstance(raw, dict):
+                raise InputError(str(path), f"offers[{i}]", "expected a mapping")
+            if "currency" in raw:
+                raise InputError(str(path), f"offers[{i}].currency", "set the currency once, at the top of the file")
+            offer = validate(Offer, {**raw, "currency": doc.currency}, str(path), f"offers[{i}].")
+            gpu = gpu_names.get(offer.gpu.lower())
+            if gpu is None:
+                raise InputError(
+                    str(path), f"offers[{i}].gpu", f"unknown GPU '{offer.gpu}'{did_you_mean(offer.gpu, sorted(gpus))}"
+                )
+            if offer.id in seen:
+                raise InputError(
+                    str(path), f"offers[{i}].id", f"duplicate offer id '{offer.id}' (also in {seen[offer.id]})"
+                )
+            seen[offer.id] = str(path)
+            offers.append(offer.model_copy(update={"gpu": gpu}))
+    if not offers:
+        raise InputError(", ".join(map(str, paths)) or "catalogs/offers", "offers", "no offers to choose from")
+    return offers
+
+
+def _load_models(path: Path) -> dict[str, ModelArch]:
+    doc = validate(ModelFile, read_yaml(path), str(path))
+    return {m.name.lower(): m for m in doc.models}
+
+
+@lru_cache(maxsize=8)
+def _load_cached(offer_files: tuple[str, ...], root: str) -> Catalog:
+    base = Path(root)
+    gpus = _load_gpus(base / "gpus.yaml")
+    names = _gpu_name_index(gpus)
+    offers = _load_offers([Path(p) for p in offer_files], names, gpus)
+    fx_path = base / "fx.yaml"
+    fx = validate(FxFile, read_yaml(fx_path), str(fx_path)).rates if fx_path.exists() else []
+    cal_path = base / "calibration.yaml"
+    calibration = read_yaml(cal_path) if cal_path.exists() else {}
+    return Catalog(
+        gpus=gpus,
+        offers=offers,
+        models=_load_models(base / "models.yaml"),
+        fx=list(fx),
+        calibration=calibration or {},
+        offer_files=offer_files,
+        _gpu_names=names,
+    )
+
+
+def load_catalog(offer_files: list[str | Path] | None = None, root: Path = CATALOG_DIR) -> Catalog:
+    """Load gpus.yaml, models.yaml, fx.yaml, calibration.yaml from ``root`` and the given offers files.
+
+    Loading is cached per (offer files, root), so batch workers parse each catalog once.
+    """
+    files = [Path(p) for p in offer_files] if offer_files else default_offer_files()
+    for f in files:
+        if not f.exists():
+            raise InputError(str(f), "", "catalog file not found")
+        if f.is_dir():
+            raise InputError(str(f), "", "is a directory, expected an offers YAML file")
+    return _load_cached(tuple(str(f) for f in files), str(root))
+
+
+def scenario_offer_files(scenario: Scenario, scenario_path: str | Path | None) -> list[Path] | None:
+    """The offer files a scenario names, resolved against the working directory, then the scenario's folder."""
+    if scenario.catalog is None:
+        return None
+    names = [scenario.catalog] if isinstance(scenario.catalog, str) else scenario.catalog
+    out: list[Path] = []
+    for name in names:
+        p = Path(name)
+        if not p.is_absolute() and not p.exists() and scenario_path is not None:
+            beside = Path(scenario_path).parent / p
+            if beside.exists():
+                p = beside
+        if not p.exists():
+            raise InputError(str(scenario_path or "scenario"), "catalog", f"catalog file '{name}' not found")
+        out.append(p)
+    return out
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; the name defaults to the file's stem."""
+    scenario = validate(Scenario, read_yaml(path), str(path))
+    if scenario.name is None:
+        scenario = scenario.model_copy(update={"name": Path(path).stem})
+    return scenario
+
+
+_HF_KEYS = {
+    "layers": "num_hidden_layers",
+    "hidden": "hidden_size",
+    "intermediate": "intermediate_size",
+    "heads": "num_attention_heads",
+    "vocab": "vocab_size",
+}
+
+
+def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
+    """Build an architecture from a local HF ``config.json`` (Llama, Mistral, Qwen2, Mixtral families)."""
+    p = Path(path)
+    label = source or str(p)
+    if not p.is_file():
+        raise InputError(label, "model.hf_config", f"config file '{path}' not found")
+    try:
+        cfg = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(str(p), "", f"not a valid JSON config: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise InputError(str(p), "", "expected a JSON object")
+    missing = [hf for hf in _HF_KEYS.values() if hf not in cfg]
+    if missing:
+        raise InputError(str(p), missing[0], "required key missing from config.json")
+    arch = {ours: cfg[hf] for ours, hf in _HF_KEYS.items()}
+    arch["kv_heads"] = cfg.get("num_key_value_heads", arch["heads"])
+    arch["tied_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
+    arch["experts"] = cfg.get("num_local_experts", 1)
+    arch["experts_per_token"] = cfg.get("num_experts_per_tok", 1)
+    arch["qkv_bias"] = cfg.get("model_type") in {"qwen2", "qwen2_moe"} or bool(cfg.get("attention_bias", False))
+    arch["name"] = cfg.get("_name_or_path") or p.parent.name or "hf-config"
+    arch["source"] = str(p)
+    return validate(ModelArch, arch, str(p))
+
+
+def resolve_model(scenario: Scenario, catalog: Catalog, scenario_path: str | Path | None = None) -> ModelArch:
+    """The scenario's architecture: a catalog name, an inline mapping or an HF config.json."""
+    label = str(scenario_path or "scenario")
+    if isinstance(scenario.model, ModelArch):
+        return scenario.model
+    if isinstance(scenario.model, HfConfigRef):
+        p = Path(scenario.model.hf_config)
+        if not p.is_absolute() and not p.exists() and scenario_path is not None:
+            p = Path(scenario_path).parent / p
+        return import_hf_config(p, label)
+    return catalog.model(scenario.model, label)

@@ -1,0 +1,122 @@
+"""Rental billing: whole billing units per term, the cheapest mix of terms, currency conversion.
+
+A job of H hours on an offer is billed per card as the cheapest combination of the offer's terms whose total
+length covers H:
+
+    bill(H) = min over k in {0, 24, 48, ...} of  L(k) + p_hour x ceil_inc(max(0, H - k))
+
+where L(k) is the cheapest mix of days, weeks and months covering at least k hours (an unbounded covering
+knapsack over day units, solved by dynamic programming), and ceil_inc rounds the remaining hours up to the offer's
+billing increment (a started hour is a paid hour unless the offer bills per minute or per second). Day, week and
+month lengths are 24, 168 and 720 hours (schema.TERM_HOURS). The minimum is exact: every mix is some long-term
+cover plus hourly time for what it leaves uncovered. The result is non-decreasing in H, which the candidate
+pruning in space.py relies on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.errors import InputError
+from optimizer.schema import TERM_HOURS, Offer, Term
+
+_LONG = (Term.month, Term.week, Term.day)
+_INCREMENT_UNIT = {3600: "hour", 60: "minute", 1: "second"}
+
+
+@dataclass(frozen=True)
+class Bill:
+    """Cost per card and the billed units of each term, e.g. {"month": 1, "hour": 30}."""
+
+    per_card: float
+    units: dict[str, int]
+
+    @property
+    def term(self) -> str:
+        """The terms used, longest first, joined by '+'; 'none' for an empty bill."""
+        return "+".join(k for k in ("month", "week", "day", "hour", "minute", "second") if self.units.get(k)) or "none"
+
+
+def _long_cover_table(offer: Offer, days: int, terms: frozenset[Term]) -> tuple[np.ndarray, np.ndarray]:
+    """cost[j], choice[j]: cheapest day/week/month mix covering >= j days, and the term bought last (-1 = none)."""
+    options = [
+        (TERM_HOURS[t] // 24, offer.prices[t].amount, i)
+        for i, t in enumerate(_LONG)
+        if t in terms and t in offer.prices
+    ]
+    cost = np.full(days + 1, np.inf)
+    choice = np.full(days + 1, -1, dtype=np.int64)
+    cost[0] = 0.0
+    for j in range(1, days + 1):
+        for length, price, i in options:
+            c = price + cost[max(0, j - length)]
+            if c < cost[j] - 1e-12:
+                cost[j], choice[j] = c, i
+    return cost, choice
+
+
+def _hourly_units(hours: np.ndarray, increment_s: int) -> np.ndarray:
+    """Billing increments needed to cover ``hours`` (integer counts, rounding up, tolerant to float noise)."""
+    return np.ceil(np.maximum(hours, 0.0) * 3600.0 / increment_s - 1e-9)
+
+
+def bills(hours: np.ndarray, offer: Offer, terms: frozenset[Term] | None = None) -> list[Bill]:
+    """Cheapest bill per card for each duration in ``hours`` (see the module formula). ``terms`` restricts the
+    terms that may be used (a scenario pinning ``term``); None allows every term the offer prices.
+    """
+    allowed = frozenset(terms) if terms else frozenset(Term)
+    hours = np.asarray(hours, dtype=np.float64)
+    max_days = int(math.ceil(float(hours.max(initial=0.0)) / 24.0)) + 1
+    cover, choice = _long_cover_table(offer, max_days, allowed)
+    k_hours = np.arange(max_days + 1) * 24.0  # (K,)
+    hourly_ok = Term.hour in allowed and Term.hour in offer.prices
+    inc = offer.hour_increment_s
+    rest = np.maximum(hours[:, None] - k_hours[None, :], 0.0)  # (n, K)
+    n_inc = _hourly_units(rest, inc)
+    if hourly_ok:
+        hourly = n_inc * offer.prices[Term.hour].amount * inc / 3600.0
+    else:
+        hourly = np.where(n_inc > 0, np.inf, 0.0)
+    total = cover[None, :] + hourly
+    best = np.argmin(total, axis=1)  # first (fewest long days) among equal costs: deterministic
+    out: list[Bill] = []
+    for row, k in enumerate(best):
+        amount = float(total[row, k])
+        if not np.isfinite(amount):
+            out.append(Bill(per_card=math.inf, units={}))
+            continue
+        units: dict[str, int] = {}
+        j = int(k)
+        while j > 0 and choice[j] >= 0:
+            term = _LONG[int(choice[j])]
+            units[term.value] = units.get(term.value, 0) + 1
+            j = max(0, j - TERM_HOURS[term] // 24)
+        if n_inc[row, k] > 0:
+            units[_INCREMENT_UNIT.get(inc, "second")] = int(n_inc[row, k] * (inc if inc not in _INCREMENT_UNIT else 1))
+        out.append(Bill(per_card=amount, units=units))
+    return out
+
+
+def bill(hours: float, offer: Offer, terms: frozenset[Term] | None = None) -> Bill:
+    """Cheapest bill per card for one duration."""
+    return bills(np.array([hours]), offer, terms)[0]
+
+
+def convert(amount: float, rate: float) -> float:
+    """An amount in the offer currency times the exchange rate into the target currency."""
+    return amount * rate
+
+
+def fx_rate(catalog_rates: object, base: str, quote: str, source: str = "scenario") -> float:
+    """Rate base->quote from a catalog; a missing rate is a one-line error naming both currencies."""
+    found = catalog_rates.rate(base, quote)  # type: ignore[attr-defined]
+    if found is None:
+        raise InputError(
+            source,
+            "budget.currency",
+            f"no exchange rate {base}->{quote} in catalogs/fx.yaml; add one or use a {base} budget",
+        )
+    return float(found.rate)

@@ -1,0 +1,42 @@
+"""The one exception family ftopt raises for anything a user can fix.
+
+Every message is a single line of the form ``FILE: FIELD: what is wrong, what is allowed``.
+The CLI alone catches :class:`FtoptError`, prints the message to stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class FtoptError(Exception):
+    """A user-facing error whose ``str`` is the complete one-line message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
+class InputError(FtoptError):
+    """A scenario, catalog or option that does not validate."""
+
+    def __init__(self, source: str, field: str, problem: str) -> None:
+        self.source = source
+        self.field = field
+        self.problem = problem
+        prefix = f"{source}: {field}: " if field else f"{source}: "
+        super().__init__(prefix + problem)
+
+
+class SolverLimitError(FtoptError):
+    """The candidate space or the solver hit a configured limit."""
+
+
+def did_you_mean(value: str, choices: Iterable[str]) -> str:
+    """Return ``", did you mean 'x'?"`` for the closest choice, or an empty string."""
+    pool = list(choices)
+    close = difflib.get_close_matches(str(value), pool, n=1, cutoff=0.6)
+    if not close:
+        lowered = {c.lower(): c for c in pool}
+        close = [lowered[m] for m in difflib.get_close_matches(str(value).lower(), lowered, n=1, cutoff=0.6)]
+    return f", did you mean '{close[0]}'?" if close else ""

@@ -1,0 +1,157 @@
+"""Rendering: terminal tables (rich), JSON documents, atomic file writes. No modelling happens here."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from optimizer.planner import SolveResult
+from optimizer.schema import Estimate
+
+GIB = 2**30
+MEMORY_ROWS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+
+
+def estimate_json(est: Estimate) -> dict[str, Any]:
+    """The DESIGN.md section 6 document: status, plan, memory, time, cost."""
+    return est.model_dump(mode="json")
+
+
+def solve_json(result: SolveResult) -> dict[str, Any]:
+    """JSON of a solve: the contract's five keys, plus ``explanation`` when infeasible."""
+    doc = estimate_json(result.best)
+    if result.relaxation is not None:
+        r = result.relaxation
+        doc["explanation"] = {
+            "binding": r.binding,
+            "message": r.message,
+            "budget_needed": r.budget_needed,
+            "deadline_needed_hours": r.deadline_needed_hours,
+            "memory_needed_bytes": r.memory_needed_bytes,
+            "gpus_that_fit": r.gpus_that_fit,
+            "currency": result.currency,
+        }
+    return doc
+
+
+def dumps(doc: Any) -> str:
+    """Canonical JSON text: sorted keys off (contract order), fixed separators, trailing newline."""
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename, so readers never see half a file."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:,.1f} GiB"
+
+
+def _plan_line(est: Estimate) -> str:
+    p = est.plan
+    assert p is not None
+    return (
+        f"{p.cards} x {p.gpu} ({p.nodes} node{'s' if p.nodes > 1 else ''}, offer {p.offer}); tp={p.tp} pp={p.pp} "
+        f"dp={p.dp}; ZeRO-{p.zero_stage} offload={p.offload.value}; micro_batch={p.micro_batch} "
+        f"grad_accum={p.grad_accum}; {p.precision.value}; {p.optimizer.value}; checkpointing={p.checkpointing.value}"
+    )
+
+
+def memory_table(est: Estimate) -> Table:
+    """Per-GPU memory breakdown against capacity."""
+    m = est.memory
+    assert m is not None
+    table = Table(title="Per-GPU memory", show_edge=False)
+    table.add_column("component")
+    table.add_column("bytes", justify="right")
+    table.add_column("share", justify="right")
+    for key in MEMORY_ROWS:
+        value = getattr(m, key)
+        table.add_row(key, _gib(value), f"{100 * value / max(m.total, 1):.0f}%")
+    table.add_row("total", _gib(m.total), f"{100 * m.total / m.capacity:.0f}% of {_gib(m.capacity)}", style="bold")
+    if m.cpu_offload:
+        table.add_row("host RAM (offload, per node)", _gib(m.cpu_offload), "")
+    return table
+
+
+def estimate_lines(est: Estimate) -> list[Any]:
+    """Renderables for one plan: decision line, memory table, time and cost lines."""
+    t, c, p = est.time, est.cost, est.plan
+    assert t is not None and c is not None and p is not None and est.memory is not None
+    units = ", ".join(f"{v} {k}{'s' if v != 1 else ''}" for k, v in p.billed_units.items())
+    fits = "fits" if est.memory.fits else "DOES NOT FIT"
+    return [
+        f"[bold]Plan[/bold] ({est.status.value}): {_plan_line(est)}",
+        memory_table(est),
+        f"Memory: {fits}. Time: {t.hours:,.1f} h wall clock, {t.steps:,} steps of {t.step_seconds:.2f} s, "
+        f"{t.tokens_per_second:,.0f} tokens/s, MFU {100 * t.mfu:.1f}%",
+        f"Cost: {c.total:,.2f} {c.currency}"
+        + (f" (= {c.budget_currency_total:,.2f} in budget currency)" if c.budget_currency_total is not None else "")
+        + f"; billed {units} per card x {p.cards} card{'s' if p.cards > 1 else ''} ({p.term})",
+    ]
+
+
+def alternatives_table(result: SolveResult) -> Table:
+    """The best plan on each other GPU type, for comparison."""
+    table = Table(title="Best plan on each other GPU type", show_edge=False)
+    for col in ("gpu", "cards", "layout", "hours", f"cost ({result.currency})", "per-GPU memory"):
+        table.add_column(col, justify="right" if col not in ("gpu", "layout") else "left")
+    for est in sorted(result.alternatives, key=lambda e: (_cost(e), e.plan.gpu if e.plan else "")):
+        p, m, t = est.plan, est.memory, est.time
+        assert p is not None and m is not None and t is not None
+        layout = f"tp{p.tp} dp{p.dp} Z{p.zero_stage}/{p.offload.value} mb{p.micro_batch} ck={p.checkpointing.value}"
+        table.add_row(
+            p.gpu,
+            str(p.cards),
+            layout,
+            f"{t.hours:,.1f}",
+            f"{_cost(est):,.2f}",
+            f"{_gib(m.total)} / {_gib(m.capacity)}",
+        )
+    return table
+
+
+def _cost(est: Estimate) -> float:
+    c = est.cost
+    assert c is not None
+    return c.budget_currency_total if c.budget_currency_total is not None else c.total
+
+
+def print_solve(result: SolveResult, console: Console) -> None:
+    """Human-readable solve result."""
+    sc = result.scenario
+    console.print(f"[bold]{sc.name}[/bold]: {sc.method.value} fine-tuning, objective {sc.objective.value}, "
+                  f"{result.candidates} candidate plans after pruning ({result.enumerated:,} configurations evaluated)")  # fmt: skip
+    if result.relaxation is not None:
+        console.print(f"[bold red]Infeasible[/bold red]: {result.relaxation.message}")
+        return
+    for item in estimate_lines(result.best):
+        console.print(item)
+    proof = "proven optimal by CP-SAT" if result.best.status.value == "optimal" else f"best found; bound {result.bound}"
+    console.print(f"Optimality: {proof}")
+    for i, est in enumerate(result.top[1:], start=2):
+        console.print(f"#{i}: {_plan_line(est)}; {est.time.hours:,.1f} h; {_cost(est):,.2f} {result.currency}")  # type: ignore[union-attr]
+    if result.alternatives:
+        console.print(alternatives_table(result))
+
+
+def print_estimate(est: Estimate, console: Console) -> None:
+    """Human-readable single estimate."""
+    for item in estimate_lines(est):
+        console.print(item)

@@ -1,0 +1,552 @@
+"""Pydantic models for the three descriptions ftopt reads and the one it writes.
+
+* scenario: what to train and the user's limits (:class:`Scenario`), read from ``scenarios/*.yaml``;
+* catalog: what can be rented (:class:`Gpu`, :class:`Offer`, :class:`ModelArch`), read from ``catalogs/``;
+* plan and estimate: how to run it and what that costs (:class:`Plan`, :class:`Estimate`), written by the CLI.
+
+Field names are the public contract of DESIGN.md section 6. Every model forbids unknown keys, so a typo in a
+scenario is an error rather than a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+# ---------------------------------------------------------------------------------------------------------------
+# Closed choices
+
+
+class Method(StrEnum):
+    """How the model is adapted: every weight trained, or low-rank adapters over a 16- or 4-bit base."""
+
+    full = "full"
+    lora = "lora"
+    qlora = "qlora"
+
+
+class Framework(StrEnum):
+    """Training stack whose defaults (dtypes, loss kernel, buffers) the memory and time models follow."""
+
+    hf = "hf"
+    torchtune = "torchtune"
+    nemo = "nemo"
+
+
+class Sharding(StrEnum):
+    """Implementation of ZeRO-style sharding under the hf framework."""
+
+    deepspeed = "deepspeed"
+    fsdp = "fsdp"
+
+
+class OptimizerName(StrEnum):
+    """Optimizer; decides the bytes of state per trainable parameter."""
+
+    adamw = "adamw"
+    adamw_8bit = "adamw_8bit"
+    paged_adamw_8bit = "paged_adamw_8bit"
+    sgd = "sgd"
+    adafactor = "adafactor"
+
+
+class Attention(StrEnum):
+    """Attention kernel: flash and sdpa never materialise the s x s scores, eager does."""
+
+    flash = "flash"
+    sdpa = "sdpa"
+    eager = "eager"
+
+
+class Loss(StrEnum):
+    """Cross-entropy implementation; ``auto`` takes the framework default."""
+
+    auto = "auto"
+    standard = "standard"
+    chunked = "chunked"
+    fused = "fused"
+
+
+class Offload(StrEnum):
+    """What ZeRO/FSDP moves to host memory."""
+
+    none = "none"
+    optimizer = "optimizer"
+    all = "all"
+
+
+class Checkpointing(StrEnum):
+    """Activation checkpointing (recomputation) level."""
+
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+class Precision(StrEnum):
+    """Compute precision of the matrix multiplies."""
+
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+    fp32 = "fp32"
+
+
+class Term(StrEnum):
+    """Rental term; each has a fixed length in hours (TERM_HOURS)."""
+
+    hour = "hour"
+    day = "day"
+    week = "week"
+    month = "month"
+
+
+TERM_HOURS: dict[Term, int] = {Term.hour: 1, Term.day: 24, Term.week: 168, Term.month: 720}  # month = 30 days
+
+
+class Objective(StrEnum):
+    """What the solver minimises first; the other quantity breaks ties."""
+
+    cost = "cost"
+    time = "time"
+
+
+class Status(StrEnum):
+    """Solver outcome, mapped from CP-SAT's status."""
+
+    optimal = "optimal"
+    feasible = "feasible"
+    infeasible = "infeasible"
+
+
+LoraTarget = Literal[
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head", "all-linear"
+]
+Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code, e.g. USD or CNY")]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class Strict(BaseModel):
+    """Base: unknown keys are errors, NaN and infinities are rejected, enums are stored as values."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, use_enum_values=False, frozen=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model architecture
+
+
+class ModelArch(Strict):
+    """A decoder-only transformer in HF config.json terms (Llama/Qwen/Mistral/Mixtral family).
+
+    ``intermediate`` is the width of one SwiGLU branch (per expert for MoE).
+    """
+
+    name: str = Field("custom", description="display name")
+    layers: int = Field(gt=0, le=1000, description="decoder blocks L")
+    hidden: int = Field(gt=0, le=200_000, description="model width h")
+    intermediate: int = Field(gt=0, le=1_000_000, description="SwiGLU branch width I")
+    heads: int = Field(gt=0, le=4096, description="attention heads a")
+    kv_heads: int = Field(gt=0, le=4096, description="key/value heads k (GQA)")
+    vocab: int = Field(gt=0, le=10_000_000, description="vocabulary size V (padded, as in config.json)")
+    tied_embeddings: bool = Field(False, description="input embedding shared with the output layer")
+    params: int | None = Field(None, gt=0, le=100_000_000_000_000, description="total parameters; computed if absent")
+    experts: int = Field(1, ge=1, le=1024, description="MoE experts per layer (1 = dense)")
+    experts_per_token: int = Field(1, ge=1, le=1024, description="experts routed per token")
+    qkv_bias: bool = Field(False, description="bias on q, k, v projections (Qwen2)")
+    source: str | None = Field(None, description="where the architecture comes from")
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _shapes_consistent(self) -> ModelArch:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
+        if self.experts_per_token > self.experts:
+            raise ValueError("experts_per_token must not exceed experts")
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head, d = h / a."""
+        return self.hidden // self.heads
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the key (or value) projection, h_kv = k x d."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one decoder block (all experts).
+
+        2h^2 (q, o) + 2 h h_kv (k, v) + qkv bias (h + 2 h_kv) + experts x 3 h I (SwiGLU) + router h x experts
+        + 2h (two RMSNorm weights). Source: HF LlamaDecoderLayer / Qwen2DecoderLayer shapes; the totals match
+        the published counts in ../shared/reference/models.yaml.
+        """
+        h, kv, inter = self.hidden, self.kv_width, self.intermediate
+        attn = 2 * h * h + 2 * h * kv + (h + 2 * kv if self.qkv_bias else 0)  # q, o, k, v (+ bias)
+        mlp = self.experts * 3 * h * inter + (h * self.experts if self.experts > 1 else 0)  # SwiGLU (+ router)
+        return attn + mlp + 2 * h  # + two norms
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding plus output layer: V h (tied) or 2 V h."""
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+
+    @property
+    def total_params(self) -> int:
+        """``params`` when given, else L x layer_params + embeddings + final norm h."""
+        if self.params is not None:
+            return self.params
+        return self.layers * self.layer_params + self.embedding_params + self.hidden
+
+    @property
+    def active_params(self) -> int:
+        """Parameters used per token: MoE counts experts_per_token of the experts' MLP weights."""
+        if self.experts == 1:
+            return self.total_params
+        idle = (self.experts - self.experts_per_token) * 3 * self.hidden * self.intermediate * self.layers
+        return self.total_params - idle
+
+
+class HfConfigRef(Strict):
+    """A model given by a local HF ``config.json``."""
+
+    hf_config: str = Field(description="path to config.json, relative to the scenario file")
+
+
+def _model_kind(value: Any) -> str | None:
+    """Which form a scenario's ``model`` takes: a catalog name, an inline architecture or an HF config file."""
+    if isinstance(value, str):
+        return "~name"
+    if isinstance(value, HfConfigRef) or (isinstance(value, dict) and "hf_config" in value):
+        return "~hf"
+    if isinstance(value, ModelArch | dict):
+        return "~arch"
+    return None
+
+
+ModelField = Annotated[
+    Annotated[str, Tag("~name")] | Annotated[ModelArch, Tag("~arch")] | Annotated[HfConfigRef, Tag("~hf")],
+    Discriminator(
+        _model_kind,
+        custom_error_type="model_form",
+        custom_error_message="expected a catalog model name, an inline architecture mapping or {hf_config: path}",
+    ),
+]
+
+# ---------------------------------------------------------------------------------------------------------------
+# Scenario
+
+
+class LoraSpec(Strict):
+    """LoRA adapters: rank r on the listed HF module names (``all-linear`` = every linear layer of the blocks)."""
+
+    rank: int = Field(16, gt=0, le=65536)
+    alpha: float = Field(32, gt=0, allow_inf_nan=False)
+    targets: list[LoraTarget] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1,
+    )
+    dropout: float = Field(0.0, ge=0, lt=1)
+
+
+class DataSpec(Strict):
+    """Training data: ``tokens`` directly, or ``samples`` x ``avg_tokens``; repeated ``epochs`` times."""
+
+    tokens: PositiveFloat | None = Field(None, le=1e16, description="training tokens per epoch")
+    samples: int | None = Field(None, gt=0, le=10**13)
+    avg_tokens: PositiveFloat | None = Field(None, le=10_000_000)
+    epochs: float = Field(1, gt=0, le=10_000, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _one_size(self) -> DataSpec:
+        if self.tokens is None and (self.samples is None or self.avg_tokens is None):
+            raise ValueError("give either tokens, or samples and avg_tokens")
+        if self.tokens is not None and self.samples is not None:
+            raise ValueError("give either tokens, or samples and avg_tokens, not both")
+        return self
+
+    @property
+    def total_tokens(self) -> float:
+        """Tokens over all epochs."""
+        per_epoch = self.tokens if self.tokens is not None else self.samples * self.avg_tokens
+        return per_epoch * self.epochs
+
+
+class Training(Strict):
+    """Software stack: framework defaults, sharding implementation, optimizer, attention kernel, loss."""
+
+    framework: Framework = Framework.hf
+    sharding: Sharding = Sharding.deepspeed
+    optimizer: OptimizerName = OptimizerName.adamw
+    attention: Attention = Attention.flash
+    loss: Loss = Loss.auto
+    base_bits: Literal[16, 8, 4] | None = Field(None, description="frozen base bits; default 16 (lora), 4 (qlora)")
+    checkpoint_every_hours: float | None = Field(
+        None, gt=0, le=10_000, description="save a checkpoint this often (adds save time); default from calibration"
+    )
+
+
+class Budget(Strict):
+    """Money the job may cost, in one currency."""
+
+    amount: PositiveFloat = Field(le=1e12)
+    currency: Currency
+
+
+class Allow(Strict):
+    """User allow-lists and limits on the plan."""
+
+    gpus: list[str] | None = Field(None, min_length=1)
+    providers: list[str] | None = Field(None, min_length=1)
+    max_cards: int | None = Field(None, gt=0, le=100_000)
+    max_nodes: int | None = Field(None, gt=0, le=10_000)
+
+
+class PlanPins(Strict):
+    """Decision variables the user fixes; the keys of the JSON plan. ``solve`` optimises the rest."""
+
+    gpu: str | None = None
+    offer: str | None = None
+    cards: int | None = Field(None, gt=0, le=100_000)
+    nodes: int | None = Field(None, gt=0, le=10_000)
+    tp: int | None = Field(None, gt=0, le=1024)
+    pp: int | None = Field(None, gt=0, le=1024)
+    dp: int | None = Field(None, gt=0, le=100_000)
+    zero_stage: int | None = Field(None, ge=0, le=3)
+    offload: Offload | None = None
+    micro_batch: int | None = Field(None, gt=0, le=100_000)
+    grad_accum: int | None = Field(None, gt=0, le=1_000_000)
+    precision: Precision | None = None
+    optimizer: OptimizerName | None = None
+    checkpointing: Checkpointing | None = None
+    term: Term | None = None
+    billed_units: dict[str, int] | None = Field(None, description="ignored on input; present in solver output")
+
+
+class Scenario(Strict):
+    """A fine-tuning job and its limits (DESIGN.md section 6)."""
+
+    name: str | None = Field(None, description="defaults to the file name")
+    model: ModelField
+    method: Method
+    lora: LoraSpec | None = None
+    data: DataSpec
+    seq_len: int = Field(gt=0, le=10_000_000)
+    global_batch: int = Field(gt=0, le=10_000_000, description="sequences per optimizer step")
+    training: Training = Training()
+    budget: Budget | None = None
+    deadline_hours: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)
+    objective: Objective = Objective.cost
+    catalog: str | list[str] | None = Field(None, description="offer catalog file(s); default all built-in offers")
+    allow: Allow = Allow()
+    plan: PlanPins = PlanPins()
+    headroom: float = Field(0.05, ge=0, lt=0.9, description="fraction of card memory kept free")
+
+    @model_validator(mode="after")
+    def _lora_only_with_adapters(self) -> Scenario:
+        if self.lora is not None and self.method is Method.full:
+            raise ValueError("lora settings given but method is full; use method lora or qlora")
+        return self
+
+    @property
+    def lora_spec(self) -> LoraSpec | None:
+        """The adapters (defaults when the method needs them and none are given)."""
+        if self.method is Method.full:
+            return None
+        return self.lora or LoraSpec()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Catalog
+
+
+class Gpu(Strict):
+    """One GPU type with its specs (catalogs/gpus.yaml); rates are dense, FP32-accumulate."""
+
+    id: str
+    name: str
+    aliases: list[str] = []
+    vendor: Literal["nvidia", "amd"]
+    arch: Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3"]
+    compute_capability: str | None = None
+    memory_gib: PositiveFloat
+    memory_bandwidth_gb_per_s: PositiveFloat
+    bf16_tflops: PositiveFloat | None = None
+    fp16_tflops: PositiveFloat
+    fp8_tflops: PositiveFloat | None = None
+    fp32_tflops: PositiveFloat
+    native_bf16: bool
+    matmul_ceiling_fraction: float | None = Field(None, gt=0, le=1)
+    nvlink_gb_per_s: float = Field(ge=0, allow_inf_nan=False)
+    nvlink_domain: int = Field(ge=1, le=1024)
+    p2p: bool = True
+    pcie_gen: int = Field(ge=1, le=7)
+    pcie_gb_per_s: PositiveFloat
+    cards_per_node: int = Field(ge=1, le=1024)
+    tdp_w: PositiveFloat
+    source: str = Field(min_length=3)
+    as_of: date
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _bf16_consistent(self) -> Gpu:
+        if self.native_bf16 and self.bf16_tflops is None:
+            raise ValueError("native_bf16 is true but bf16_tflops is missing")
+        if not self.native_bf16 and self.bf16_tflops is not None:
+            raise ValueError("bf16_tflops given for a GPU without native bf16")
+        return self
+
+    def peak_tflops(self, precision: Precision) -> float | None:
+        """Dense peak of the precision, or None when the GPU cannot run it natively."""
+        return {
+            Precision.bf16: self.bf16_tflops,
+            Precision.fp16: self.fp16_tflops,
+            Precision.fp8: self.fp8_tflops,
+            Precision.fp32: self.fp32_tflops,
+        }[precision]
+
+
+class Price(Strict):
+    """One term's price per card, with its source and date."""
+
+    amount: PositiveFloat = Field(le=1e9)
+    source: str = Field(min_length=3)
+    as_of: date
+
+
+class Offer(Strict):
+    """A rentable GPU offer (catalogs/offers/*.yaml); prices per card and term unit."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    provider: str
+    gpu: str
+    cards_per_node: int = Field(ge=1, le=1024)
+    max_nodes: int = Field(1, ge=1, le=10_000)
+    inter_node_gb_per_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    nvlink: bool = True
+    hour_increment_s: int = Field(3600, ge=1, le=3600)
+    prices: dict[Term, Price] = Field(min_length=1)
+    notes: str | None = None
+    currency: Currency = Field("USD", description="filled from the file's currency")
+
+    @model_validator(mode="after")
+    def _network_for_nodes(self) -> Offer:
+        if self.max_nodes > 1 and self.inter_node_gb_per_s is None:
+            raise ValueError("max_nodes > 1 needs inter_node_gb_per_s (the network between nodes)")
+        if 3600 % self.hour_increment_s:
+            raise ValueError("hour_increment_s must divide 3600")
+        return self
+
+
+class OfferFile(Strict):
+    """Top level of an offers file."""
+
+    schema_version: Literal[1]
+    currency: Currency
+    offers: list[dict] = Field(min_length=1)
+
+
+class GpuFile(Strict):
+    """Top level of gpus.yaml."""
+
+    schema_version: Literal[1]
+    gpus: list[Gpu] = Field(min_length=1)
+
+
+class FxRate(Strict):
+    """1 unit of ``base`` buys ``rate`` units of ``quote``."""
+
+    base: Currency
+    quote: Currency
+    rate: PositiveFloat
+    source: str = Field(min_length=3)
+    as_of: date
+
+
+class FxFile(Strict):
+    """Top level of fx.yaml."""
+
+    schema_version: Literal[1]
+    rates: list[FxRate] = []
+
+
+class ModelFile(Strict):
+    """Top level of models.yaml."""
+
+    schema_version: Literal[1]
+    models: list[ModelArch] = Field(min_length=1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Plan and estimate (output; also accepted back as pins)
+
+
+class Plan(Strict):
+    """Every decision variable of one configuration (DESIGN.md section 2)."""
+
+    gpu: str
+    offer: str
+    cards: int
+    nodes: int
+    tp: int
+    pp: int
+    dp: int
+    zero_stage: int
+    offload: Offload
+    micro_batch: int
+    grad_accum: int
+    precision: Precision
+    optimizer: OptimizerName
+    checkpointing: Checkpointing
+    term: str
+    billed_units: dict[str, int]
+
+
+class MemoryReport(Strict):
+    """Per-GPU peak memory in bytes by component, plus host memory needed for offload."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    activations: int
+    logits: int
+    overhead: int
+    total: int
+    capacity: int
+    fits: bool
+    cpu_offload: int = 0
+
+
+class TimeReport(Strict):
+    """Predicted speed and wall-clock time of the whole job."""
+
+    step_seconds: float
+    tokens_per_second: float
+    mfu: float
+    hours: float
+    steps: int
+
+
+class CostReport(Strict):
+    """Rental bill: cards x term prices x billed units, in the offer's currency."""
+
+    total: float
+    currency: str
+    budget_currency_total: float | None = None
+
+
+class Estimate(Strict):
+    """A plan with its memory, time and cost (the JSON contract of DESIGN.md section 6)."""
+
+    status: Status
+    plan: Plan | None
+    memory: MemoryReport | None
+    time: TimeReport | None
+    cost: CostReport | None

@@ -1,0 +1,229 @@
+"""CP-SAT model over the pruned candidates: pick one plan, honour the user's limits, explain infeasibility.
+
+Formulation (DESIGN.md section 5). Sets: candidates i in C (space.Space.cand, one per offer and card count).
+Data per candidate: cost c_i (cents of the report currency, rounded up), time t_i (seconds of wall clock, rounded
+up), gpu g_i, provider v_i, cards n_i, nodes m_i and the other decision values.
+
+Variables:
+    pick[i]  in {0, 1}   1 when candidate i is the plan
+    x_k      integer     decision variable k (gpu, offer, cards, nodes, tp, dp, zero_stage, micro_batch,
+                         grad_accum, offload, checkpointing, precision, cost_cents, time_s), channelled as
+                         x_k = sum_i value_k(i) pick[i]
+    a_j      in {0, 1}   assumption literal enabling user constraint j (used to explain infeasibility)
+
+Constraints:
+    (1) sum_i pick[i] = 1
+    (2) x_k = sum_i value_k(i) pick[i]                          for every decision variable k
+    (3) a_gpus      => sum over i with g_i not allowed of pick[i] = 0
+    (4) a_providers => sum over i with v_i not allowed of pick[i] = 0
+    (5) a_max_cards => x_cards <= max_cards
+    (6) a_max_nodes => x_nodes <= max_nodes
+    (7) a_budget    => x_cost_cents <= budget_cents
+    (8) a_deadline  => x_time_s <= deadline_s
+Objective (lexicographic, one stage per level, each stage fixing the previous optimum):
+    cost:  min x_cost_cents, then min x_time_s, then min rank
+    time:  min x_time_s, then min x_cost_cents, then min rank
+where rank orders candidates by (gpu id, offer id, cards), a deterministic tie-break.
+
+The nonlinear models never enter CP-SAT: they were evaluated in space.py; CP-SAT sees linear sums of booleans.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from optimizer.schema import Objective, Status
+from optimizer.space import Space
+
+
+@dataclass(frozen=True)
+class SolverSettings:
+    """CP-SAT parameters: one place for the time limit, workers and seed (deterministic search)."""
+
+    time_limit_s: float = 10.0
+    workers: int = 1
+    seed: int = 0
+    model_path: str | None = None  # write the model here (debugging)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The user constraints, each switchable for the infeasibility explanation."""
+
+    gpus: frozenset[str] | None = None
+    providers: frozenset[str] | None = None
+    max_cards: int | None = None
+    max_nodes: int | None = None
+    budget_cents: int | None = None
+    deadline_s: int | None = None
+
+    def active(self) -> list[str]:
+        """Names of the constraints that are set."""
+        return [
+            k
+            for k in ("gpus", "providers", "max_cards", "max_nodes", "budget_cents", "deadline_s")
+            if getattr(self, k) is not None
+        ]
+
+    def without(self, *names: str) -> Limits:
+        """A copy with the named constraints removed."""
+        return Limits(**{k: (None if k in names else getattr(self, k)) for k in self.__dataclass_fields__})
+
+
+@dataclass
+class Outcome:
+    """Solver result: status, the chosen candidate index, the proven bound and what binds when infeasible."""
+
+    status: Status
+    index: int | None
+    objective: int | None = None
+    bound: float | None = None
+    binding: list[str] = field(default_factory=list)
+
+
+def cents(amount: np.ndarray) -> np.ndarray:
+    """Money to whole cents, rounded up (int64)."""
+    return np.ceil(np.round(np.asarray(amount, dtype=np.float64) * 100.0, 6)).astype(np.int64)
+
+
+def seconds(hours: np.ndarray) -> np.ndarray:
+    """Hours to whole seconds, rounded up (int64)."""
+    return np.ceil(np.round(np.asarray(hours, dtype=np.float64) * 3600.0, 6)).astype(np.int64)
+
+
+def limits_from(space: Space, gpu_ids: list[str] | None) -> Limits:
+    """The scenario's allow-lists (``gpu_ids`` canonical), budget (converted to cents) and deadline (seconds)."""
+    sc = space.scenario
+    allow = sc.allow
+    return Limits(
+        gpus=frozenset(gpu_ids) if gpu_ids is not None else None,
+        providers=frozenset(p.lower() for p in allow.providers) if allow.providers else None,
+        max_cards=allow.max_cards,
+        max_nodes=allow.max_nodes,
+        budget_cents=int(math.floor(round(sc.budget.amount * 100.0, 6))) if sc.budget else None,
+        deadline_s=int(math.floor(round(sc.deadline_hours * 3600.0, 6))) if sc.deadline_hours else None,
+    )
+
+
+class _Columns:
+    """Integer data of the candidates, the rows of the channelling constraints."""
+
+    def __init__(self, space: Space) -> None:
+        c = space.cand
+        gpu_ids = [space.gpus[i].id for i in c.offer_idx]
+        offer_ids = [space.offers[i].id for i in c.offer_idx]
+        self.gpu_names = sorted(set(g.id for g in space.gpus))
+        self.gpu = np.array([self.gpu_names.index(g) for g in gpu_ids], dtype=np.int64)
+        self.provider = [space.offers[i].provider.lower() for i in c.offer_idx]
+        self.gpu_id = gpu_ids
+        self.values: dict[str, np.ndarray] = {
+            "gpu": self.gpu,
+            "offer": c.offer_idx.astype(np.int64),
+            "cards": c.cards.astype(np.int64),
+            "nodes": c.nodes.astype(np.int64),
+            "tp": c.cfg.tp,
+            "pp": c.cfg.pp,
+            "dp": c.cfg.dp,
+            "zero_stage": c.cfg.zero_stage,
+            "offload": c.cfg.offload,
+            "micro_batch": c.cfg.micro_batch,
+            "grad_accum": c.cfg.grad_accum,
+            "checkpointing": c.cfg.checkpointing,
+            "precision": c.cfg.precision,
+            "cost_cents": cents(space.cost_total),
+            "time_s": seconds(c.time["hours"]),
+        }
+        order = sorted(range(len(c)), key=lambda i: (gpu_ids[i], offer_ids[i], int(c.cards[i])))
+        self.rank = np.empty(len(c), dtype=np.int64)
+        self.rank[order] = np.arange(len(c))
+
+
+def _build(cols: _Columns, subset: np.ndarray, limits: Limits) -> tuple[cp_model.CpModel, dict, dict, dict]:
+    model = cp_model.CpModel()
+    idx = np.flatnonzero(subset)
+    # pick[i] is 1 when candidate i is the plan
+    pick = {int(i): model.new_bool_var(f"pick_{int(i)}") for i in idx}
+    # (1) exactly one plan
+    model.add_exactly_one(pick.values())
+    # (2) decision variables channelled from the picks
+    x: dict[str, cp_model.IntVar] = {}
+    for name, vals in cols.values.items():
+        sub = vals[idx]
+        lo, hi = (int(sub.min()), int(sub.max())) if sub.size else (0, 0)
+        x[name] = model.new_int_var(lo, hi, f"x_{name}")
+        model.add(x[name] == sum(int(vals[i]) * pick[int(i)] for i in idx))
+    lits: dict[str, cp_model.IntVar] = {}
+    for name in limits.active():
+        lits[name] = model.new_bool_var(f"a_{name}")
+    # (3) allowed GPU types, (4) allowed providers
+    for name, attr, allowed in (("gpus", cols.gpu_id, limits.gpus), ("providers", cols.provider, limits.providers)):
+        if allowed is None:
+            continue
+        banned = [pick[int(i)] for i in idx if attr[int(i)] not in allowed]
+        model.add(sum(banned) == 0).only_enforce_if(lits[name])
+    # (5)-(8) card, node, budget and deadline limits
+    for name, var in (
+        ("max_cards", "cards"),
+        ("max_nodes", "nodes"),
+        ("budget_cents", "cost_cents"),
+        ("deadline_s", "time_s"),
+    ):
+        bound = getattr(limits, name)
+        if bound is not None:
+            model.add(x[var] <= int(bound)).only_enforce_if(lits[name])
+    # rank: deterministic tie-break among plans equal in cost and time
+    x["rank"] = model.new_int_var(0, max(len(cols.rank) - 1, 0), "x_rank")
+    model.add(x["rank"] == sum(int(cols.rank[i]) * pick[int(i)] for i in idx))
+    return model, pick, lits, x
+
+
+def _solver(settings: SolverSettings) -> cp_model.CpSolver:
+    s = cp_model.CpSolver()
+    s.parameters.max_time_in_seconds = settings.time_limit_s
+    s.parameters.num_workers = settings.workers
+    s.parameters.random_seed = settings.seed
+    return s
+
+
+def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSettings = SolverSettings(),
+          subset: np.ndarray | None = None) -> Outcome:  # fmt: skip
+    """Lexicographic optimum over the candidates in ``subset`` (default all) under ``limits``."""
+    cols = _Columns(space)
+    n = len(space.cand)
+    subset = np.ones(n, dtype=bool) if subset is None else subset
+    if n == 0 or not subset.any():
+        return Outcome(Status.infeasible, None)
+    model, pick, lits, x = _build(cols, subset, limits)
+    model.add_assumptions(list(lits.values()))
+    levels = ["cost_cents", "time_s"] if objective is Objective.cost else ["time_s", "cost_cents"]
+    solver = _solver(settings)
+    status = Status.optimal
+    first_value: int | None = None
+    first_bound: float | None = None
+    for level, var in enumerate([x[levels[0]], x[levels[1]], x["rank"]]):
+        model.minimize(var)
+        if settings.model_path and level == 0:
+            model.export_to_file(settings.model_path)
+        result = solver.solve(model)
+        if result == cp_model.INFEASIBLE:
+            return Outcome(Status.infeasible, None, binding=_core(solver, lits))
+        if result not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return Outcome(Status.infeasible, None, binding=["time_limit"])
+        value = int(solver.value(var))
+        if level == 0:
+            first_value, first_bound = value, float(solver.best_objective_bound)
+        if result != cp_model.OPTIMAL:
+            status = Status.feasible
+            break
+        model.add(var == value)
+    chosen = next(i for i, var in pick.items() if solver.boolean_value(var))
+    return Outcome(status, chosen, first_value, first_bound)
+
+
+def _core(solver: cp_model.CpSolver, lits: dict[str, cp_model.IntVar]) -> list[str]:
+    by_index = {v.index: k for k, v in lits.items()}
+    return sorted(by_index[i] for i in solver.sufficient_assumptions_for_infeasibility() if i in by_index)

@@ -1,0 +1,344 @@
+"""The candidate space: enumerate every configuration, evaluate it vectorised, keep what fits, prune dominance.
+
+For each offer the layouts (cards, nodes, tp, dp) are listed in Python (a few dozen); their cross product with
+ZeRO stage/offload, micro-batch and checkpointing is built and evaluated with numpy in one pass. Pins from the
+scenario's ``plan:`` block filter the grid before evaluation. A configuration survives when its per-GPU total
+fits ``capacity x (1 - headroom)``.
+
+Pruning (exact): for one offer and one card count, every configuration rents the same cards at the same prices,
+and the bill is non-decreasing in hours (cost.py), so the fastest one is also the cheapest and dominates the
+rest. One survivor per (offer, cards) is kept, ties broken by lower memory then by enumeration order. All user
+limits that the solver explains (allow-lists, budget, deadline) depend only on (offer, cards, hours, cost), so
+pruning never removes a plan that a constraint would prefer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from optimizer import cost, memory, timing
+from optimizer.catalog import Catalog
+from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
+from optimizer.errors import InputError, SolverLimitError, did_you_mean
+from optimizer.schema import Gpu, Method, Offer, Offload, Precision, Scenario
+
+MAX_CANDIDATES = 4_000_000  # ~100 bytes x 40 columns each: stays well under 2 GiB of numpy temporaries
+ZERO_OFFLOAD = [(0, Offload.none), (1, Offload.none), (1, Offload.optimizer), (2, Offload.none),
+                (2, Offload.optimizer), (3, Offload.none), (3, Offload.optimizer), (3, Offload.all)]  # fmt: skip
+TP_CHOICES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to place the job on an offer: cards = tp x pp x dp over ``nodes`` nodes."""
+
+    offer: int  # index into Space.offers
+    cards: int
+    nodes: int
+    tp: int
+    pp: int
+    dp: int
+
+
+@dataclass
+class Evaluated:
+    """Configurations with their hardware, memory, time (arrays of shape (n,)) and the rows' offers."""
+
+    offer_idx: np.ndarray
+    cards: np.ndarray
+    nodes: np.ndarray
+    cfg: Configs
+    hw: Hardware
+    mem: dict[str, np.ndarray]
+    time: dict[str, np.ndarray]
+    fits: np.ndarray
+
+    def take(self, index: np.ndarray) -> Evaluated:
+        """The rows selected by a boolean mask or index array."""
+        return Evaluated(
+            offer_idx=self.offer_idx[index],
+            cards=self.cards[index],
+            nodes=self.nodes[index],
+            cfg=self.cfg.take(index),
+            hw=self.hw.take(index),
+            mem={k: v[index] for k, v in self.mem.items()},
+            time={k: v[index] for k, v in self.time.items()},
+            fits=self.fits[index],
+        )
+
+    def __len__(self) -> int:
+        return int(self.offer_idx.shape[0])
+
+
+@dataclass
+class Space:
+    """The pruned candidates of one scenario, ready for the solver, plus what explains an empty result."""
+
+    job: Job
+    scenario: Scenario
+    offers: list[Offer]
+    gpus: list[Gpu]  # per offer
+    currency: str  # the currency every cost below is expressed in
+    fx: list[float]  # per offer: rate offer currency -> currency
+    cand: Evaluated  # survivors
+    cost_total: np.ndarray  # per survivor, in ``currency``
+    bills: list[cost.Bill]
+    enumerated: int = 0
+    fitting: int = 0
+    smallest_need: dict[str, int] = field(default_factory=dict)  # GPU id -> smallest per-GPU total over its configs
+
+
+# ------------------------------------------------------------------------------------------------ job and offers
+
+
+def make_job(scenario: Scenario, arch: Any) -> Job:
+    """The scenario's fixed quantities (architecture, method, software, sequence, batch, data)."""
+    t = scenario.training
+    base_bits = (
+        16 if scenario.method is Method.full else (t.base_bits or (4 if scenario.method is Method.qlora else 16))
+    )
+    return Job(
+        arch=arch,
+        method=scenario.method,
+        lora=scenario.lora_spec,
+        framework=t.framework,
+        sharding=t.sharding,
+        attention=t.attention,
+        loss=t.loss,
+        base_bits=base_bits,
+        seq_len=scenario.seq_len,
+        global_batch=scenario.global_batch,
+        total_tokens=scenario.data.total_tokens,
+        checkpoint_every_hours=t.checkpoint_every_hours,
+    )
+
+
+def report_currency(scenario: Scenario, offers: list[Offer]) -> str:
+    """Budget currency, else the offers' common currency, else USD."""
+    if scenario.budget is not None:
+        return scenario.budget.currency
+    currencies = sorted({o.currency for o in offers})
+    return currencies[0] if len(currencies) == 1 else "USD"
+
+
+def pinned_offers(scenario: Scenario, catalog: Catalog, source: str) -> list[Offer]:
+    """Offers left after the plan pins gpu and offer (the allow-lists are the solver's, to explain them)."""
+    pins = scenario.plan
+    offers = catalog.offers
+    if pins.gpu is not None:
+        gpu = catalog.gpu_id(pins.gpu, source, "plan.gpu")
+        offers = [o for o in offers if o.gpu == gpu]
+        if not offers:
+            raise InputError(source, "plan.gpu", f"no offer in the catalog rents {gpu}")
+    if pins.offer is not None:
+        chosen = [o for o in offers if o.id == pins.offer.lower()]
+        if not chosen:
+            ids = sorted(o.id for o in offers)
+            raise InputError(source, "plan.offer", f"unknown offer '{pins.offer}'{did_you_mean(pins.offer, ids)}")
+        offers = chosen
+    return offers
+
+
+# ------------------------------------------------------------------------------------------------ layouts
+
+
+def _card_counts(offer: Offer, max_cards: int | None) -> list[int]:
+    per_node = offer.cards_per_node
+    counts = {c for c in (1, 2, 4, 8, 16, 32, 64) if c <= per_node} | {per_node}
+    nodes = 2
+    while nodes <= offer.max_nodes:
+        counts.add(per_node * nodes)
+        nodes *= 2
+    counts.add(per_node * offer.max_nodes)
+    return sorted(c for c in counts if max_cards is None or c <= max_cards)
+
+
+def _tp_limit(offer: Offer, gpu: Gpu) -> int:
+    """Largest tp inside one NVLink domain (1 for cards without NVLink)."""
+    if not offer.nvlink or gpu.nvlink_gb_per_s <= 0:
+        return 1
+    return min(gpu.nvlink_domain, offer.cards_per_node)
+
+
+def layouts(scenario: Scenario, job: Job, offers: list[Offer], gpus: list[Gpu]) -> list[Layout]:
+    """Every (offer, cards, nodes, tp, pp, dp) allowed by the pins, the heads and the NVLink domain."""
+    pins = scenario.plan
+    arch = job.arch
+    out: list[Layout] = []
+    for i, (offer, gpu) in enumerate(zip(offers, gpus, strict=True)):
+        counts = [pins.cards] if pins.cards is not None else _card_counts(offer, None)
+        tps = [pins.tp] if pins.tp is not None else [t for t in TP_CHOICES if t <= _tp_limit(offer, gpu)]
+        pp = pins.pp or 1
+        for cards in counts:
+            nodes = -(-cards // offer.cards_per_node)
+            if nodes > offer.max_nodes or (pins.nodes is not None and pins.nodes != nodes):
+                continue
+            for tp in tps:
+                if arch.heads % tp or arch.kv_heads % tp or cards % (tp * pp):
+                    continue
+                dp = cards // (tp * pp)
+                if pins.dp is not None and pins.dp != dp:
+                    continue
+                out.append(Layout(i, cards, nodes, tp, pp, dp))
+    return out
+
+
+def _precisions(scenario: Scenario, gpu: Gpu) -> list[int]:
+    if scenario.plan.precision is not None:
+        return [PRECISION.index(scenario.plan.precision)] if gpu.peak_tflops(scenario.plan.precision) else []
+    return [PRECISION.index(Precision.bf16 if gpu.native_bf16 else Precision.fp16)]
+
+
+def grid(
+    scenario: Scenario, job: Job, lays: list[Layout], gpus: list[Gpu], offers: list[Offer]
+) -> tuple[np.ndarray, ...]:
+    """Cross product of layouts with ZeRO/offload, micro-batch, checkpointing and precision, as int64 columns."""
+    pins = scenario.plan
+    zo = [(z, OFFLOAD.index(o)) for z, o in ZERO_OFFLOAD
+          if (pins.zero_stage is None or z == pins.zero_stage) and (pins.offload is None or o == pins.offload)]  # fmt: skip
+    if pins.zero_stage is not None and pins.offload is not None and not zo:
+        zo = [(pins.zero_stage, OFFLOAD.index(pins.offload))]
+    cks = [CHECKPOINTING.index(pins.checkpointing)] if pins.checkpointing else list(range(len(CHECKPOINTING)))
+    rows: list[tuple[int, ...]] = []
+    for li, lay in enumerate(lays):
+        if job.global_batch % lay.dp:
+            continue
+        per_rank = job.global_batch // lay.dp
+        if pins.micro_batch is not None:
+            mbs = [pins.micro_batch] if per_rank % pins.micro_batch == 0 else []
+        else:
+            mbs = [m for m in (1, 2, 4, 8, 16, 32, 64) if per_rank % m == 0]
+        if pins.grad_accum is not None:
+            mbs = [m for m in mbs if per_rank // m == pins.grad_accum]
+        for prec in _precisions(scenario, gpus[lay.offer]):
+            rows.extend((li, z, o, m, ck, prec) for z, o in zo for m in mbs for ck in cks)
+    if len(rows) > MAX_CANDIDATES:
+        raise SolverLimitError(
+            f"{scenario.name}: the candidate space has {len(rows):,} configurations (limit {MAX_CANDIDATES:,}); "
+            "narrow it with allow.gpus, allow.max_cards or plan pins"
+        )
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 6)
+    return tuple(arr[:, j] for j in range(6))
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+
+
+def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards: np.ndarray, nodes: np.ndarray,
+             precision: np.ndarray, consts: dict[str, Any]) -> Hardware:  # fmt: skip
+    """Per-row hardware arrays from the catalog: capacity, peak of the precision, links, efficiency."""
+    link = consts["link_efficiency"]
+    archs = sorted({g.arch for g in gpus})
+    n_off = len(offers)
+    cap = np.array([g.memory_gib * 2**30 for g in gpus])
+    bf16 = np.array([(g.bf16_tflops or g.fp16_tflops) * 1e12 for g in gpus])
+    peaks = np.array([[(g.peak_tflops(p) or 0.0) * 1e12 for p in PRECISION] for g in gpus]).reshape(
+        n_off, len(PRECISION)
+    )
+    hbm = np.array([g.memory_bandwidth_gb_per_s * 1e9 for g in gpus])
+    nvl = np.array(
+        [g.nvlink_gb_per_s * 1e9 * link["nvlink"] if o.nvlink else 0.0 for g, o in zip(gpus, offers, strict=True)]
+    )
+    domain = np.array([g.nvlink_domain if o.nvlink else 1 for g, o in zip(gpus, offers, strict=True)])
+    pcie = np.array([g.pcie_gb_per_s * 1e9 for g in gpus])
+    pcie_peer = np.array([g.pcie_gb_per_s * 1e9 * (link["pcie"] if g.p2p else link["host"]) for g in gpus])
+    inter = np.array([(o.inter_node_gb_per_s or 0.0) * 1e9 * link["network"] for o in offers])
+    eff = np.array([float(consts["efficiency"][g.arch]) for g in gpus])
+    arch_code = np.array([archs.index(g.arch) for g in gpus])
+    per_node_cards = np.minimum(cards, np.array([o.cards_per_node for o in offers])[offer_idx])
+    in_domain = per_node_cards <= domain[offer_idx]
+    o = offer_idx
+    intra = np.where(in_domain & (nvl[o] > 0), nvl[o], pcie_peer[o])
+    return Hardware(
+        capacity_bytes=cap[o],
+        peak_flops=peaks[o, precision],
+        bf16_flops=bf16[o],
+        hbm_bytes_per_s=hbm[o],
+        intra_bytes_per_s=intra,
+        tp_bytes_per_s=np.where(nvl[o] > 0, nvl[o], pcie_peer[o]),
+        inter_bytes_per_s=np.where(nodes > 1, inter[o], np.inf),
+        pcie_bytes_per_s=pcie[o] * link["pcie"],
+        nodes=nodes,
+        cards_per_node=np.array([of.cards_per_node for of in offers])[o],
+        efficiency=eff[o],
+        arch_code=arch_code[o],
+    )
+
+
+def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer], gpus: list[Gpu],
+             offer_idx: np.ndarray, cards: np.ndarray, nodes: np.ndarray, cfg: Configs) -> Evaluated:  # fmt: skip
+    """Memory, time and fit of every row (vectorised)."""
+    cal = catalog.calibration
+    hw = hardware(gpus, offers, offer_idx, cards, nodes, cfg.precision, cal["timing"])
+    mem = memory.breakdown(job, cfg, cal["memory"])
+    usable = hw.capacity_bytes * (1.0 - scenario.headroom)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = timing.job_time(job, cfg, hw, cal["timing"])
+    fits = (mem["total"] <= usable) & np.isfinite(t["hours"]) & (hw.peak_flops > 0)
+    return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits)
+
+
+def enumerate_all(
+    scenario: Scenario, catalog: Catalog, arch: Any, source: str
+) -> tuple[Job, list[Offer], list[Gpu], Evaluated]:
+    """Every configuration allowed by the pins, evaluated (before the fit filter and pruning)."""
+    job = make_job(scenario, arch)
+    offers = pinned_offers(scenario, catalog, source)
+    gpus = [catalog.gpus[o.gpu] for o in offers]
+    lays = layouts(scenario, job, offers, gpus)
+    li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers)
+    lay_arr = np.array([(x.offer, x.cards, x.nodes, x.tp, x.pp, x.dp) for x in lays], dtype=np.int64).reshape(-1, 6)
+    rows = lay_arr[li] if len(li) else np.zeros((0, 6), dtype=np.int64)
+    optimizer_code = OPTIMIZER.index(scenario.plan.optimizer or scenario.training.optimizer)
+    cfg = Configs(
+        tp=rows[:, 3], pp=rows[:, 4], dp=rows[:, 5], zero_stage=z, offload=o, micro_batch=m,
+        grad_accum=job.global_batch // np.maximum(rows[:, 5] * m, 1), checkpointing=ck, precision=prec,
+        optimizer=column(np.full(len(li), optimizer_code)),
+    )  # fmt: skip
+    ev = evaluate(job, scenario, catalog, offers, gpus, rows[:, 0], rows[:, 1], rows[:, 2], cfg)
+    return job, offers, gpus, ev
+
+
+def prune(ev: Evaluated) -> np.ndarray:
+    """Indices of the fastest fitting row per (offer, cards); ties: lower memory, then enumeration order."""
+    idx = np.flatnonzero(ev.fits)
+    if idx.size == 0:
+        return idx
+    order = np.lexsort((idx, ev.mem["total"][idx], ev.time["hours"][idx], ev.cards[idx], ev.offer_idx[idx]))
+    ranked = idx[order]
+    key = ev.offer_idx[ranked] * 1_000_000 + ev.cards[ranked]
+    first = np.ones(ranked.size, dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    return ranked[first]
+
+
+def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenario") -> Space:
+    """Enumerate, evaluate, filter by memory, prune by dominance, and bill the survivors."""
+    job, offers, gpus, ev = enumerate_all(scenario, catalog, arch, source)
+    currency = report_currency(scenario, offers)
+    fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
+    need: dict[str, int] = {}
+    for gi, g in enumerate(gpus):
+        rows = ev.offer_idx == gi
+        if rows.any():
+            need[g.id] = min(need.get(g.id, 2**62), int(ev.mem["total"][rows].min()))
+    keep = prune(ev)
+    cand = ev.take(keep)
+    terms = frozenset([scenario.plan.term]) if scenario.plan.term else None
+    totals = np.zeros(len(cand))
+    by_row: dict[int, cost.Bill] = {}
+    for oi in np.unique(cand.offer_idx):
+        rows = np.flatnonzero(cand.offer_idx == oi)
+        for r, b in zip(rows, cost.bills(cand.time["hours"][rows], offers[oi], terms), strict=True):
+            totals[r] = b.per_card * cand.cards[r] * fx[oi]
+            by_row[int(r)] = b
+    bills_out = [by_row[i] for i in range(len(cand))]
+    finite = np.isfinite(totals)
+    if not finite.all():  # a pinned term the offer does not price
+        cand = cand.take(finite)
+        totals = totals[finite]
+        bills_out = [b for b, f in zip(bills_out, finite, strict=True) if f]
+    return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, len(ev), int(ev.fits.sum()), need)
