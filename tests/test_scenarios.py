@@ -1,0 +1,73 @@
+"""Every shipped scenario solves, and the plans agree with the seed articles' field experience."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from optimizer.planner import estimate_scenario, solve_scenario
+from optimizer.schema import Status
+
+from .conftest import REPO
+
+SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
+
+
+def test_there_are_at_least_eight_scenarios():
+    assert len(SCENARIOS) >= 8
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_scenario_solves_or_explains(path: Path):
+    result = solve_scenario(path)
+    if result.best.status is Status.infeasible:
+        assert result.relaxation is not None and result.relaxation.message
+    else:
+        plan, mem = result.best.plan, result.best.memory
+        assert plan is not None and mem is not None and mem.fits
+        assert plan.micro_batch * plan.grad_accum * plan.dp == result.scenario.global_batch
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_scenario_starts_with_its_user_story(path: Path):
+    first = path.read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("# User story:")
+
+
+def _pinned(write_scenario, source: str, **plan) -> Path:
+    doc = yaml.safe_load((REPO / "scenarios" / source).read_text(encoding="utf-8"))
+    doc.pop("allow", None)
+    doc["plan"] = plan
+    return write_scenario(doc=doc)
+
+
+def test_7b_qlora_fits_one_24gb_card(write_scenario):
+    # seed 000: "QLoRA on a 7B model runs on one RTX 4090 24G, seq <= 2048, small batch"
+    path = _pinned(write_scenario, "7b-qlora.yaml", gpu="RTX-4090", cards=1, micro_batch=1, checkpointing="full")
+    est = estimate_scenario(path, {})
+    assert est.memory.fits, est.memory
+
+
+def test_7b_full_finetune_does_not_fit_one_24gb_card_without_offload(write_scenario):
+    # seed 002: "a 24 GB RTX 4090 runs out of memory on full fine-tuning of a 7B model"
+    path = _pinned(write_scenario, "7b-full.yaml", gpu="RTX-4090", cards=1, micro_batch=1, checkpointing="full",
+                   zero_stage=0, offload="none")  # fmt: skip
+    est = estimate_scenario(path, {})
+    assert not est.memory.fits
+    assert est.memory.total > 2 * est.memory.capacity  # 16 B/param x 7.6B = 122 GB of model states alone
+
+
+def test_70b_full_finetune_needs_several_80gb_cards():
+    result = solve_scenario(REPO / "scenarios" / "70b.yaml")
+    plan = result.best.plan
+    assert plan is not None and plan.cards > 1
+    assert result.best.memory.capacity >= 80 * 2**30
+
+
+def test_70b_full_finetune_on_one_80gb_card_does_not_fit_without_offload(write_scenario):
+    path = _pinned(write_scenario, "70b.yaml", gpu="A100-80G", cards=1, micro_batch=1, checkpointing="full",
+                   zero_stage=3, offload="none")  # fmt: skip
+    est = estimate_scenario(path, {})
+    assert not est.memory.fits
