@@ -208,10 +208,16 @@ def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
     label = source or str(p)
     if not p.is_file():
         raise InputError(label, "model.hf_config", f"config file '{path}' not found")
+    if p.stat().st_size > 4 * 1024 * 1024:  # a config.json is a few KiB
+        raise InputError(str(p), "", "config file is larger than 4 MiB; expected an HF config.json")
     try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(str(p), "", f"not a valid JSON config: {exc}") from None
+        cfg = json.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(str(p), "", f"not UTF-8 text (invalid byte at offset {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(str(p), "", f"line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise InputError(str(p), "", "JSON nested too deeply; expected an HF config.json") from None
     if not isinstance(cfg, dict):
         raise InputError(str(p), "", "expected a JSON object")
     missing = [hf for hf in _HF_KEYS.values() if hf not in cfg]
@@ -225,7 +231,13 @@ def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
     arch["qkv_bias"] = cfg.get("model_type") in {"qwen2", "qwen2_moe"} or bool(cfg.get("attention_bias", False))
     arch["name"] = cfg.get("_name_or_path") or p.parent.name or "hf-config"
     arch["source"] = str(p)
-    return validate(ModelArch, arch, str(p))
+    try:
+        return validate(ModelArch, arch, str(p))
+    except InputError as exc:  # name the config.json key, not ours
+        names = {**_HF_KEYS, "kv_heads": "num_key_value_heads", "experts": "num_local_experts",
+                 "experts_per_token": "num_experts_per_tok", "name": "_name_or_path"}  # fmt: skip
+        hf_key = names.get(exc.field, exc.field)
+        raise InputError(str(p), hf_key, exc.problem) from None
 
 
 def resolve_model(scenario: Scenario, catalog: Catalog, scenario_path: str | Path | None = None) -> ModelArch:

@@ -13,10 +13,12 @@ import click
 from rich.console import Console
 
 from optimizer import report
+from optimizer.catalog import load_catalog
 from optimizer.errors import FtoptError
 from optimizer.planner import Overrides, estimate_scenario, solve_scenario
 from optimizer.schema import Checkpointing, Objective, Offload, Precision
 from optimizer.solver import SolverSettings
+from optimizer.validator import validate_catalog_files
 
 SOLVE_EXAMPLES = """\b
 Examples:
@@ -100,6 +102,138 @@ def estimate(scenario: str, catalogs: tuple[str, ...], as_json: bool, **pins: An
         click.echo(report.dumps(report.estimate_json(est)), nl=False)
     else:
         report.print_estimate(est, Console())
+
+
+PARETO_EXAMPLES = """\b
+Examples:
+  ftopt pareto scenarios/70b.yaml
+  ftopt pareto scenarios/7b-lora.yaml --plot front.png --csv front.csv
+  ftopt pareto scenarios/14b-lora.yaml --deadline-hours 24 --json
+"""
+BATCH_EXAMPLES = """\b
+Examples:
+  ftopt batch scenarios/ -o results.jsonl
+  ftopt batch 'projects/**/*.yaml' -o results.csv --workers 8
+  ftopt batch scenarios/ -o results.jsonl --backend ray --address auto
+"""
+
+
+@cli.command(epilog=PARETO_EXAMPLES)
+@click.argument("scenario", type=click.Path())
+@click.option("--budget", type=float, help="Budget amount in the scenario's budget currency.")
+@click.option("--deadline-hours", type=float, help="Wall-clock limit in hours.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw the front to a .png or .svg file.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the front as CSV to this file.")
+@click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT limit per stage (s).")
+@catalog_option
+@json_option
+def pareto(scenario: str, budget: float | None, deadline_hours: float | None, plot_path: str | None,
+           csv_path: str | None, time_limit: float, catalogs: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
+    """Every non-dominated plan of SCENARIO, total cost versus wall-clock hours (each proven by CP-SAT)."""
+    from optimizer.pareto import pareto_scenario
+
+    ov = Overrides(None, budget, deadline_hours, list(catalogs) or None)
+    result = pareto_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit))
+    if plot_path:
+        report.plot_front(result, plot_path)
+    if csv_path:
+        report.write_atomic(csv_path, report.pareto_csv(result))
+    if as_json:
+        click.echo(report.dumps(report.pareto_json(result)), nl=False)
+    else:
+        report.print_pareto(result, Console())
+
+
+@cli.command(epilog=BATCH_EXAMPLES)
+@click.argument("scenarios", nargs=-1, required=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Results .jsonl or .csv (resumes if present).")
+@click.option("--workers", type=click.IntRange(1, 4096), help="Processes (default: the cores available).")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", help="Process pool or Ray.")
+@click.option("--address", help="Ray cluster address (default: start a local Ray).")
+@click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT limit per solve (s).")
+def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, backend: str, address: str | None,
+          time_limit: float) -> None:  # fmt: skip
+    """Solve every scenario in SCENARIOS (files, folders, globs); one result row per scenario."""
+    from optimizer.batch import Backend, expand, output_format, run_batch
+
+    paths = expand(scenarios)
+    if output:
+        output_format(output)
+    err = Console(stderr=True)
+    with report.batch_progress(err) as (on_start, on_row):
+        summary = run_batch(paths, output, workers, Backend(backend), address, SolverSettings(time_limit_s=time_limit),
+                            on_start, on_row)  # fmt: skip
+    report.print_batch_summary(summary, output, Console() if output is None else err)
+    if summary.interrupted:
+        sys.exit(130)
+
+
+CATALOG_EXAMPLES = """\b
+Examples:
+  ftopt catalog list
+  ftopt catalog show H100-SXM
+  ftopt catalog show aws-p5-h100 --json
+  ftopt catalog validate
+  ftopt catalog validate catalogs/offers/cn.yaml my-offers.yaml
+"""
+MODELS_EXAMPLES = """\b
+Examples:
+  ftopt models list
+  ftopt models list --json
+"""
+
+
+@cli.group("catalog", epilog=CATALOG_EXAMPLES)
+def catalog_group() -> None:
+    """What can be rented: GPU types and offers, with their sources."""
+
+
+@catalog_group.command("list", epilog=CATALOG_EXAMPLES)
+@catalog_option
+@json_option
+def catalog_list(catalogs: tuple[str, ...], as_json: bool) -> None:
+    """Every GPU type: memory, dense bf16 TFLOPS, offers, cheapest price per card-hour."""
+    rows = report.gpu_rows(load_catalog(list(catalogs) or None))
+    if as_json:
+        click.echo(report.dumps(rows), nl=False)
+    else:
+        Console().print(report.gpu_table(rows))
+
+
+@catalog_group.command("show", epilog=CATALOG_EXAMPLES)
+@click.argument("ident", metavar="ID")
+@catalog_option
+@json_option
+def catalog_show(ident: str, catalogs: tuple[str, ...], as_json: bool) -> None:
+    """Every field of the GPU (id or alias) or offer ID, with sources and dates."""
+    entry = report.catalog_entry(load_catalog(list(catalogs) or None), ident)
+    if as_json:
+        click.echo(report.dumps(report.entry_json(entry)), nl=False)
+    else:
+        report.print_entry(entry, Console())
+
+
+@catalog_group.command("validate", epilog=CATALOG_EXAMPLES)
+@click.argument("files", nargs=-1, type=click.Path())
+def catalog_validate(files: tuple[str, ...]) -> None:
+    """Check catalog FILES (default: the built-in catalog) against the schema; exit 2 at the first problem."""
+    click.echo(report.validate_line(validate_catalog_files(list(files))))
+
+
+@cli.group("models", epilog=MODELS_EXAMPLES)
+def models_group() -> None:
+    """Model architectures known by name (catalogs/models.yaml)."""
+
+
+@models_group.command("list", epilog=MODELS_EXAMPLES)
+@json_option
+def models_list(as_json: bool) -> None:
+    """Every catalog architecture: parameters, layers, widths, heads, vocabulary."""
+    rows = report.model_rows(load_catalog())
+    if as_json:
+        click.echo(report.dumps(rows), nl=False)
+    else:
+        Console().print(report.model_table(rows))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -64,8 +64,11 @@ def _hourly_units(hours: np.ndarray, increment_s: int) -> np.ndarray:
 
 
 def bills(hours: np.ndarray, offer: Offer, terms: frozenset[Term] | None = None) -> list[Bill]:
-    """Cheapest bill per card for each duration in ``hours`` (see the module formula). ``terms`` restricts the
-    terms that may be used (a scenario pinning ``term``); None allows every term the offer prices.
+    """Cheapest bill per card for each duration in ``hours`` (see the module formula).
+
+    ``hours`` has shape (n,); ``terms`` restricts the terms that may be used (a scenario pinning ``term``), None
+    allows every term the offer prices. A term the offer does not price, when it is the only one allowed, gives an
+    infinite bill (the caller drops that candidate).
     """
     allowed = frozenset(terms) if terms else frozenset(Term)
     hours = np.asarray(hours, dtype=np.float64)

@@ -6,6 +6,19 @@ shape ``(n,)``) and the ``memory`` section of ``catalogs/calibration.yaml``, and
 a heads, h_kv = kv_heads x head_dim, V vocab, s sequence length, b micro-batch, T = s b tokens per micro-batch,
 t tensor-parallel degree, p pipeline degree, N = dp sharding degree.
 
+Engines. Each row is trained by one engine, which decides the bytes per parameter (``memory.profiles``):
+ZeRO stage 0 runs the framework's plain profile (``hf``: HF Trainer AMP; ``torchtune``: pure bf16; ``nemo``:
+Megatron); stage >= 1 under ``hf`` runs ``hf_deepspeed`` or ``hf_fsdp`` (``training.sharding``); torchtune shards
+with FSDP2 and nemo with Megatron's distributed optimizer, both in their own profile.
+
+Peak. The components are the bytes live at the peak of one training step, so that
+total = weights + gradients + optimizer + activations + logits + overhead. Gradients that are freed every step
+(gradient accumulation 1, no persistent gradient buffer) are allocated while the activations are released, so the
+peak is W + O + max(A + LOG, G) (formulas.md section 1 "Rules the solver needs"); ``gradients`` then reports the
+part of G above A + LOG. ``overhead`` holds the CUDA context (``context``, outside torch's counters),
+communication buffers, ZeRO-3/FSDP gathered parameters, k-bit dequantisation and allocator fragmentation
+(``fragmentation``, reserved minus allocated); :func:`peak_for_metric` maps the total to what a counter reports.
+
 Sources: ZeRO (Rajbhandari et al. 2019, arXiv 1910.02054, section 3) for model states; DeepSpeed's
 ``estimate_zero2/zero3_model_states_mem_needs`` for its exact per-stage bytes; Korthikanti et al. 2022
 (arXiv 2205.05198, section 4) for activations; Dettmers et al. 2023 (QLoRA, arXiv 2305.14314) for NF4 with double
@@ -15,6 +28,7 @@ quantisation; HF and torchtune sources for logits and dtype defaults (formulas.m
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -28,17 +42,69 @@ _CK_NONE, _CK_SEL, _CK_FULL = (CHECKPOINTING.index(c) for c in Checkpointing)
 _FP32 = PRECISION.index(Precision.fp32)
 
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+METRICS = ("allocated", "reserved", "nvidia-smi")
 
 
 def _i64(x: Any) -> np.ndarray:
     return np.ceil(np.asarray(x, dtype=np.float64)).astype(np.int64)
 
 
-def _profile(job: Job, consts: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The framework's dtype profile from calibration (``memory.profiles.<framework>[_<sharding>]``)."""
+def _f(x: Any) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+# ------------------------------------------------------------------------------------------------ engines
+
+
+def _sharded_profile_name(job: Job) -> str:
+    """Profile used at ZeRO stage >= 1: hf -> hf_<sharding>; torchtune (FSDP2) and nemo keep their own."""
+    return f"hf_{job.sharding.value}" if job.framework is Framework.hf else job.framework.value
+
+
+def _uses_deepspeed(job: Job, cfg: Configs) -> np.ndarray:
+    """Rows run by DeepSpeed ZeRO (hf framework, sharding deepspeed, stage >= 1), bool (n,)."""
+    return (cfg.zero_stage >= 1) & (job.framework is Framework.hf and job.sharding.value == "deepspeed")
+
+
+def _field(job: Job, cfg: Configs, consts: Mapping[str, Any], name: str) -> np.ndarray:
+    """A profile value per row: the framework's plain profile at stage 0, its sharded profile at stage >= 1."""
     profiles = consts["profiles"]
-    key = f"{job.framework.value}_{job.sharding.value}"
-    return profiles.get(key, profiles[job.framework.value])
+    plain = float(profiles[job.framework.value][name])
+    sharded = float(profiles[_sharded_profile_name(job)][name])
+    return np.where(cfg.zero_stage >= 1, sharded, plain)
+
+
+def _state_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Bytes per trainable parameter (float (n,) each): weight, grad16, grad32, master, moments.
+
+    Full fine-tuning uses the profile's ``weight/grad/grad_partition/master`` bytes, LoRA the ``adapter_*`` ones.
+    fp32 rows: 4 B weights, 4 B grads, no master. Moments per optimizer (formulas.md section 1): AdamW m and v
+    at the profile's ``adam_moment_bytes`` (8 fp32, 4 bf16); 8-bit AdamW 2 (bitsandbytes, 1 B each); SGD with
+    momentum half of AdamW; Adafactor 0 (factored second moment, O(rows + cols), neglected).
+    """
+    pre = "" if job.method is Method.full else "adapter_"
+    fp32 = cfg.precision == _FP32
+    adam = np.where(fp32, 8.0, _field(job, cfg, consts, "adam_moment_bytes"))
+    moments_by_code = np.stack(
+        [
+            {
+                OptimizerName.adamw: adam,
+                OptimizerName.adamw_8bit: np.full(len(cfg), 2.0),
+                OptimizerName.paged_adamw_8bit: np.full(len(cfg), 2.0),
+                OptimizerName.sgd: adam / 2,
+                OptimizerName.adafactor: np.zeros(len(cfg)),
+            }[o]
+            for o in OPTIMIZER
+        ]
+    )
+    moments = moments_by_code[cfg.optimizer, np.arange(len(cfg))]
+    return {
+        "weight": np.where(fp32, 4.0, _field(job, cfg, consts, pre + "weight_bytes")),
+        "grad16": np.where(fp32, 4.0, _field(job, cfg, consts, pre + "grad_bytes")),
+        "grad32": np.where(fp32, 0.0, _field(job, cfg, consts, pre + "grad_partition_bytes")),
+        "master": np.where(fp32, 0.0, _field(job, cfg, consts, pre + "master_bytes")),
+        "moments": moments,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ parameter counts
@@ -64,12 +130,17 @@ def lora_params(job: Job) -> int:
         "up_proj": (h + inter) * a.experts,
         "down_proj": (inter + h) * a.experts,
     }
-    targets = set(job.lora.targets)
-    if "all-linear" in targets:
-        targets |= set(per_module)
+    targets = _targets(job)
     per_layer = sum(w for name, w in per_module.items() if name in targets)
     head = (h + a.vocab) if "lm_head" in targets else 0
     return r * (per_layer * a.layers + head)
+
+
+def _targets(job: Job) -> set[str]:
+    targets = set(job.lora.targets) if job.lora is not None else set()
+    if "all-linear" in targets:
+        targets |= {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    return targets
 
 
 def linear_params(job: Job) -> int:
@@ -83,6 +154,16 @@ def trainable_params(job: Job) -> int:
     return job.arch.total_params if job.method is Method.full else lora_params(job)
 
 
+def largest_module_params(job: Job) -> int:
+    """Parameters of the largest single module, DeepSpeed's ``largest_layer_params``: max(V h, h I, h^2).
+
+    The input embedding (and an untied lm_head) is V h; the largest block Linear is an MLP projection h x I.
+    Source: DeepSpeed docs, memory.rst (model_to_params sums ``m.parameters(recurse=False)`` per module).
+    """
+    a = job.arch
+    return max(a.vocab * a.hidden, a.hidden * a.intermediate, a.hidden * a.hidden)
+
+
 def _model_split(cfg: Configs) -> np.ndarray:
     """Model-parallel split t x p of every weight matrix (float array)."""
     return (cfg.tp * cfg.pp).astype(np.float64)
@@ -92,83 +173,67 @@ def _model_split(cfg: Configs) -> np.ndarray:
 
 
 def weight_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
-    """Resident weights per GPU.
+    """Resident weights per GPU (bytes, (n,)), LoRA adapter weights included.
 
-    full: P x w_bytes / (t p), w_bytes from the framework profile (2 for bf16 DeepSpeed/torchtune/FSDP compute
-    copies; fp32 runs 4), divided by N at ZeRO-3, 0 on the GPU when parameters are offloaded (stage 3, ``all``).
-    LoRA/QLoRA: frozen base = P_lin x base_bytes + (P - P_lin) x nonlin_bytes, where base_bytes is 2 (16-bit),
-    1 (8-bit) or the NF4 rate 0.5 + 0.5/64 x (8/32 + 32/(32 x 256)) (QLoRA paper, double quantisation, about
-    0.516 B/param), plus adapters at the profile's adapter dtype. Same division by t p and by N at ZeRO-3.
+    full: P x w / (t p), w from the engine profile (HF AMP: 4 fp32 + 2 autocast copy = 6, HF model_memory_anatomy;
+    DeepSpeed, torchtune, Megatron: 2; HF FSDP: 4 fp32 sharded), divided by N at ZeRO-3, 0 when parameters are
+    offloaded (stage 3, ``all``). LoRA/QLoRA: frozen base P_lin x base_bytes + (P - P_lin) x nonlin, base_bytes 2
+    (16-bit), 1 (8-bit) or the NF4 rate 0.5 + 0.5/64 x (8/32 + 32/(32 x 256)) ~ 0.516 B/param (QLoRA paper,
+    double quantisation); nonlin is the profile's ``kbit_nonlinear_bytes`` for k-bit bases (PEFT
+    prepare_model_for_kbit_training casts them to fp32: 4; torchtune and DeepSpeed keep 2), else 2; plus
+    adapters x the profile's ``adapter_weight_bytes`` (PEFT fp32 adapters: 4). Same division by t p and N.
     """
-    prof = _profile(job, consts)
     split = _model_split(cfg)
     z3 = cfg.zero_stage >= 3
     shard = np.where(z3, cfg.dp, 1).astype(np.float64)
-    p_total = float(job.arch.total_params)
-    fp32 = cfg.precision == _FP32
+    per_param = _state_bytes(job, cfg, consts)["weight"]
+    trained = trainable_params(job) * per_param
     if job.method is Method.full:
-        w = np.where(fp32, 4.0, float(prof["weight_bytes"])) * p_total
-        resident = w / split / shard
-        return _i64(np.where(z3 & (cfg.offload == _ALL), 0.0, resident))
-    p_lin = float(linear_params(job))
-    base_bytes = {16: 2.0, 8: 1.0, 4: float(consts["nf4_bytes_per_param"])}[job.base_bits]
-    nonlin = float(prof["kbit_nonlinear_bytes"] if job.base_bits < 16 else 2.0)
-    base = p_lin * base_bytes + (p_total - p_lin) * nonlin
-    adapters = lora_params(job) * float(prof["adapter_bytes"])
-    resident = (base + adapters) / split / shard
-    return _i64(np.where(z3 & (cfg.offload == _ALL), adapters / split / shard, resident))
+        base = np.zeros(len(cfg))
+    else:
+        p_lin = float(linear_params(job))
+        base_bytes = {16: 2.0, 8: 1.0, 4: float(consts["nf4_bytes_per_param"])}[job.base_bits]
+        nonlin = _field(job, cfg, consts, "kbit_nonlinear_bytes") if job.base_bits < 16 else 2.0
+        base = p_lin * base_bytes + (job.arch.total_params - p_lin) * nonlin
+    resident = (base + trained) / split / shard
+    return _i64(np.where(z3 & (cfg.offload == _ALL), 0.0, resident))
 
 
 def gradient_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
-    """Gradients per GPU: P_train x g_bytes / (t p), divided by N from ZeRO-2 on; 0 extra when fully offloaded.
+    """All gradients held per GPU after backward (bytes, (n,)), before the peak-phase rule of :func:`breakdown`.
 
-    g_bytes comes from the profile: DeepSpeed keeps 16-bit grads plus fp32 partitions (2 + 4, as in its
-    estimator), FSDP and torchtune keep grads in the parameter dtype. Adapters use the adapter dtype.
+    P_train x (g16 x f16 + g32 / N_1) / (t p). g16 = 16-bit (or the profile's) gradients: unsharded at stage
+    <= 1, / N at stage 2, at stage 3 / N (FSDP, torchtune) or 0 (DeepSpeed reduces them through buckets).
+    g32 = DeepSpeed's fp32 gradient partitions (4 B), / N from stage 1. DeepSpeed estimator
+    (stage_1_and_2.py, stage3.py): ZeRO-2 = 2P + 18P/N with 18 = 2 + 4 (grads) + 12 (optimizer); ZeRO-3 =
+    18P/N + 4 P_ll with 18 = 2 (params) + 4 (fp32 grads) + 12. With offload (stage >= 1) the fp32 partitions
+    and, from stage 2, the 16-bit gradients live on the CPU: ZeRO-2 offload = 2P, ZeRO-3 offload = 4 P_ll + 2P/N.
     """
-    prof = _profile(job, consts)
     split = _model_split(cfg)
-    shard = np.where(cfg.zero_stage >= 2, cfg.dp, 1).astype(np.float64)
-    if job.method is Method.full:
-        g = np.where(cfg.precision == _FP32, 4.0, float(prof["grad_bytes"]))
-    else:
-        g = np.full(len(cfg), float(prof["adapter_bytes"]))
-    grads = trainable_params(job) * g / split / shard
-    offloaded = (cfg.zero_stage >= 3) & (cfg.offload == _ALL)
-    return _i64(np.where(offloaded, 0.0, grads))
-
-
-def optimizer_state_bytes_per_param(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
-    """Bytes of optimizer state per trainable parameter, master weights included.
-
-    AdamW: 4 (fp32 master) + 4 + 4 (m, v) = 12 in mixed precision (ZeRO paper, K = 12); pure-bf16 profiles
-    (torchtune) keep m, v in bf16 and no master: 4. 8-bit AdamW: 2 (+ master 4 where the profile keeps one).
-    SGD with momentum: 4 (+ master). Adafactor: factored second moment, about 4 with master.
-    """
-    prof = _profile(job, consts)
-    master = float(prof["master_bytes"]) if job.method is Method.full else 0.0
-    moments = {
-        OptimizerName.adamw: float(prof["adam_moment_bytes"]),
-        OptimizerName.adamw_8bit: 2.0,
-        OptimizerName.paged_adamw_8bit: 2.0,
-        OptimizerName.sgd: float(prof["adam_moment_bytes"]) / 2,
-        OptimizerName.adafactor: 0.0,
-    }
-    per_code = np.array([master + moments[o] for o in OPTIMIZER])
-    if job.method is not Method.full:
-        adapter_moments = float(prof["adapter_bytes"]) * 2
-        per_code = np.array([adapter_moments if o is OptimizerName.adamw else moments[o] for o in OPTIMIZER])
-    return per_code[cfg.optimizer]
+    n = cfg.dp.astype(np.float64)
+    b = _state_bytes(job, cfg, consts)
+    ds = _uses_deepspeed(job, cfg)
+    f16 = np.select([cfg.zero_stage <= 1, cfg.zero_stage == 2, ds], [1.0, 1.0 / n, 0.0], 1.0 / n)
+    f32 = np.where(cfg.zero_stage >= 1, 1.0 / n, 1.0)
+    offloaded = (cfg.offload != _NONE) & (cfg.zero_stage >= 1)
+    f16 = np.where(offloaded & (cfg.zero_stage >= 2), 0.0, f16)
+    f32 = np.where(offloaded, 0.0, f32)
+    grads = trainable_params(job) * (b["grad16"] * f16 + b["grad32"] * f32) / split
+    return _i64(np.where((cfg.zero_stage >= 3) & (cfg.offload == _ALL), 0.0, grads))
 
 
 def optimizer_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
-    """Optimizer states on the GPU: P_train x k / (t p), divided by N from ZeRO-1 on, 0 when offloaded to the CPU.
+    """Optimizer states on the GPU (bytes, (n,)): P_train x (master + moments) / (t p), / N from ZeRO-1 on.
 
-    Paged 8-bit optimizers live in CUDA unified memory that torch's counters do not see (formulas.md section 1);
-    they are still counted here because they occupy the card until the driver pages them out.
+    master = fp32 copy kept by DeepSpeed and Megatron (4 B; ZeRO paper K = 12 = 4 + 8), none for HF AMP (the
+    weights are fp32 already) and torchtune (pure bf16). 0 on the GPU when offloaded (stage >= 1). Paged 8-bit
+    optimizers live in CUDA unified memory that torch's counters do not see (formulas.md section 1); they are
+    still counted because they occupy the card until the driver pages them out.
     """
     split = _model_split(cfg)
     shard = np.where(cfg.zero_stage >= 1, cfg.dp, 1).astype(np.float64)
-    states = trainable_params(job) * optimizer_state_bytes_per_param(job, cfg, consts) / split / shard
+    b = _state_bytes(job, cfg, consts)
+    states = trainable_params(job) * (b["master"] + b["moments"]) / split / shard
     return _i64(np.where((cfg.offload != _NONE) & (cfg.zero_stage >= 1), 0.0, states))
 
 
@@ -176,105 +241,181 @@ def optimizer_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.nda
 
 
 def activation_bytes_per_token_layer(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
-    """Saved activations of one decoder layer per token with no recomputation (bytes, shape (n,)).
+    """Saved activations of one decoder layer per token with no recomputation (bytes, float (n,)).
 
-    Llama-style layer with RMSNorm, RoPE, GQA and SwiGLU (formulas.md section 4.3, our derivation from
-    Korthikanti et al. 2022 section 4.1): c_h h + c_kv h_kv + c_I I x experts_per_token, with coefficients from the
-    calibration (fused kernels about 12, 4, 8; eager modules add fp32 norm and RoPE copies). Eager attention adds
-    Korthikanti's 5 a s bytes per token for the s x s scores, softmax and dropout mask. Divided by t (sequence
-    parallelism assumed with tensor parallelism).
+    Llama-style layer (RMSNorm, RoPE, GQA, SwiGLU, no dropout), counted tensor by tensor from what autograd saves
+    (formulas.md sections 4.1-4.3; Korthikanti et al. 2022 section 4.1 for the method):
+    frozen part, saved whatever is trained: c_h h + c_kv h_kv + c_I I E_tok + 4a. eager modules (HF, torchtune
+    without compile): 2 norms x fp32 input copy 4h, attention q and out 4h, k and v 4 h_kv, SwiGLU SiLU input,
+    SiLU output and up output 6I; fused kernels (Megatron/TE): bf16 norm inputs 4h and a fused SwiGLU 4I. 4a:
+    the fp32 log-sum-exp per head of flash/SDPA attention. A frozen Linear saves nothing (dX needs only W).
+    full fine-tuning adds the inputs of the trainable Linears and norm weights (``trainable_extra``:
+    q/k/v input, o_proj input, gate/up input 2h each + norm outputs, down_proj input 2I).
+    LoRA adds the inputs its adapters save: 2h for q/k/v (one shared tensor), 2h for o, 2h for gate/up, 2I E for
+    down; with dropout > 0 each adapted module also keeps its dropped-out input and mask, 3 d_in.
+    eager attention adds the s x s scores: fp32 softmax output and its bf16 copy, 6 a s (Korthikanti's 5as with
+    an fp32 softmax and no dropout mask). Divided by t (sequence parallelism assumed with tensor parallelism).
     """
     a = job.arch
-    c = consts["activation"][
-        "eager" if job.framework is Framework.torchtune or job.attention is Attention.eager else "fused"
-    ]
-    per = c["h"] * a.hidden + c["h_kv"] * a.kv_width + c["intermediate"] * a.intermediate * a.experts_per_token
+    h, kv, inter = a.hidden, a.kv_width, a.intermediate * a.experts_per_token
+    kind = consts["activation_kernels"][job.framework.value]
+    c = consts["activation"][kind]
+    fr = c["frozen"]
+    per = fr["h"] * h + fr["h_kv"] * kv + fr["intermediate"] * inter + 4.0 * a.heads
+    if job.method is Method.full:
+        per += c["trainable_extra"]["h"] * h + c["trainable_extra"]["intermediate"] * inter
+    else:
+        per += _lora_saved_inputs(job)
     if job.attention is Attention.eager:
-        per += 5.0 * a.heads * job.seq_len
+        per += float(consts["eager_scores_bytes_per_head_token"]) * a.heads * job.seq_len
     return per / cfg.tp.astype(np.float64)
 
 
-def activation_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
-    """Activations held at the peak of the backward pass for one micro-batch of T = s b tokens.
+def _lora_saved_inputs(job: Job) -> float:
+    """Bytes per token per layer that LoRA adapters save: their 16-bit inputs, plus dropout copies and masks."""
+    a = job.arch
+    h, inter = a.hidden, a.intermediate * a.experts_per_token
+    t = _targets(job)
+    groups = [({"q_proj", "k_proj", "v_proj"}, h), ({"o_proj"}, h), ({"gate_proj", "up_proj"}, h), ({"down_proj"}, inter)]
+    saved = sum(2.0 * width for names, width in groups if names & t)  # 16-bit input, shared within a group
+    if job.lora is not None and job.lora.dropout > 0:
+        d_in = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": h, "gate_proj": h, "up_proj": h, "down_proj": inter}
+        saved += sum(3.0 * d_in[m] for m in t if m in d_in)  # 2 B dropped-out copy + 1 B mask per module
+    return saved
 
-    none: T x L_local x c_layer. full checkpointing: T x (2h L_local + c_layer), the 16-bit layer inputs plus one
-    layer being recomputed (Korthikanti section 4.1; formulas.md section 4.4). selective: recompute only the
-    attention core: T x L_local x (c_layer - saved_attention_fraction x c_layer). With 1F1B pipelining the first
-    stage holds p micro-batches of L/p layers, i.e. L layers' worth (Narayanan et al. 2021).
+
+def activation_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """Activations held at the start of the backward pass for one micro-batch of T = s b tokens (bytes, (n,)).
+
+    none: T x L_loc x c_layer. full checkpointing: T x (2h/t x L_loc + c_layer), the 16-bit layer inputs plus one
+    layer being recomputed (Korthikanti section 4.1; formulas.md section 4.4). selective: T x (f x c_layer x L_loc
+    + (1 - f) x c_layer), keeping a fraction f = ``selective_keep_fraction`` of each layer (torchtitan's per-op
+    policy saves the attention outputs and every other matmul output) and recomputing the rest of one layer.
+    With 1F1B pipelining the first stage holds min(p, GA) micro-batches of L/p layers (Narayanan et al. 2021).
     """
-    tokens = (cfg.micro_batch * job.seq_len).astype(np.float64)
-    layers_local = job.arch.layers / cfg.pp.astype(np.float64)
-    in_flight = np.minimum(cfg.pp, np.maximum(cfg.grad_accum, 1)).astype(np.float64)
+    tokens = _f(cfg.micro_batch * job.seq_len)
+    layers_local = job.arch.layers / _f(cfg.pp) * _f(np.minimum(cfg.pp, np.maximum(cfg.grad_accum, 1)))
     per_layer = activation_bytes_per_token_layer(job, cfg, consts)
-    keep_input = 2.0 * job.arch.hidden / cfg.tp.astype(np.float64)
-    none = tokens * layers_local * per_layer * in_flight
-    full = tokens * (keep_input * layers_local * in_flight + per_layer)
-    sel = none * float(consts["selective_keep_fraction"])
-    out = np.select([cfg.checkpointing == _CK_NONE, cfg.checkpointing == _CK_SEL], [none, sel], full)
-    return _i64(out)
+    keep_input = 2.0 * job.arch.hidden / _f(cfg.tp)
+    frac = float(consts["selective_keep_fraction"])
+    none = tokens * layers_local * per_layer
+    full = tokens * (keep_input * layers_local + per_layer)
+    sel = tokens * (frac * per_layer * layers_local + (1.0 - frac) * per_layer)
+    return _i64(np.select([cfg.checkpointing == _CK_NONE, cfg.checkpointing == _CK_SEL], [none, sel], full))
 
 
 def logits_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
-    """Output-layer logits and cross-entropy buffers: T x V x c_log / t.
+    """Output-layer logits and cross-entropy buffers at their peak: T x V x c_loss / t (bytes, (n,)).
 
-    c_log per loss implementation from calibration: standard HF (bf16 logits, fp32 upcast, fp32 log-softmax and
-    grads, about 12-16 B), chunked (torchtune CEWithChunkedOutputLoss, about 4 B), fused linear-CE (about 0).
-    Source: formulas.md section 4.5 (transformers 4.x LlamaForCausalLM, torchtune, Liger).
+    c_loss per loss implementation (calibration ``logits_bytes_per_vocab_token``): standard (16-bit logits, an
+    fp32 upcast, fp32 log-softmax and its gradient: 12-16 B per vocab entry per token in HF/torchtune, less where
+    the model keeps bf16 logits), chunked (torchtune CEWithChunkedOutputLoss: bf16 logits plus one fp32 chunk,
+    about 4-6 B), fused linear-CE (Liger, CCE: about 0). Source: formulas.md section 4.5. ``auto`` takes the
+    framework default (``default_loss``).
     """
     loss = job.loss
     if loss is Loss.auto:
         loss = Loss(consts["default_loss"][job.framework.value])
-    tokens = (cfg.micro_batch * job.seq_len).astype(np.float64)
+    tokens = _f(cfg.micro_batch * job.seq_len)
     return _i64(tokens * job.arch.vocab * float(consts["logits_bytes_per_vocab_token"][loss.value]) / cfg.tp)
 
 
 # ------------------------------------------------------------------------------------------------ overheads
 
 
-def overhead_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
-    """CUDA context and workspaces, communication buffers, ZeRO-3 gathered layers, dequantisation transients.
+def zero3_gathered_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """Parameters gathered (unsharded) at ZeRO-3 / FSDP full sharding, with their gradients (bytes, (n,)).
 
-    context (calibration, about 0.5-1 GiB) + ZeRO-1/2 bucket bytes when dp > 1 + at ZeRO-3 the live gathered
-    16-bit parameters and gradients of ``zero3_live_layers`` layers (DeepSpeed's 4 x largest layer, its
-    estimator) + for k-bit bases one dequantised h x I matrix in 16 bits (formulas.md section 5).
+    DeepSpeed: 4 x P_ll / t, the 16-bit parameters and gradients of the largest module (its estimator's
+    ``largest_layer_memory``; P_ll from :func:`largest_module_params`). FSDP (hf_fsdp, torchtune FSDP2):
+    u x max(P_layer, V h) x w / t with u = ``fsdp_live_units`` units in flight (the one computing, the one
+    prefetched, one unit's unsharded gradients before reduce-scatter; PyTorch FSDP backward_prefetch) and
+    w = 2 B (16-bit) or the NF4 rate for a 4-bit base stored as bf16 words. 0 below stage 3.
     """
     a = job.arch
-    ctx = float(consts["context_bytes"])
-    multi = cfg.dp > 1
-    buckets = np.where(multi & (cfg.zero_stage >= 1) & (cfg.zero_stage <= 2), float(consts["zero12_bucket_bytes"]), 0.0)
-    ddp = np.where(multi & (cfg.zero_stage == 0), float(consts["ddp_bucket_bytes"]), 0.0)
-    layer16 = 2.0 * a.layer_params / cfg.tp
-    gathered = np.where(cfg.zero_stage >= 3, float(consts["zero3_live_layers"]) * 2.0 * layer16, 0.0)
-    dequant = 2.0 * a.hidden * a.intermediate if job.base_bits < 16 else 0.0
-    return _i64(ctx + buckets + ddp + gathered + dequant)
+    ds = 4.0 * largest_module_params(job)
+    w = float(consts["nf4_bytes_per_param"]) if job.base_bits == 4 else 2.0
+    fsdp = float(consts["fsdp_live_units"]) * max(a.layer_params, a.vocab * a.hidden) * w
+    gathered = np.where(_uses_deepspeed(job, cfg), ds, fsdp) / _f(cfg.tp)
+    return _i64(np.where(cfg.zero_stage >= 3, gathered, 0.0))
+
+
+def buffer_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """Communication buckets and k-bit dequantisation transients, inside torch's allocator (bytes, (n,)).
+
+    DDP (stage 0, dp > 1): ``ddp_bucket_bytes`` (torch DDP bucket_cap_mb 25, a few buckets in flight).
+    DeepSpeed ZeRO-1/2 (also on one GPU): ``ds_bucket_bytes`` (reduce and all-gather buckets, HF "auto" sizes).
+    k-bit base: one Linear dequantised to 16 bits before use, 2 h I / t (formulas.md section 5).
+    """
+    a = job.arch
+    ddp = np.where((cfg.zero_stage == 0) & (cfg.dp > 1), float(consts["ddp_bucket_bytes"]), 0.0)
+    ds12 = _uses_deepspeed(job, cfg) & (cfg.zero_stage <= 2)
+    ds = np.where(ds12, float(consts["ds_bucket_bytes"]), 0.0)
+    dequant = 2.0 * a.hidden * a.intermediate / _f(cfg.tp) if job.base_bits < 16 else 0.0
+    return _i64(ddp + ds + dequant)
 
 
 def cpu_offload_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
-    """Host memory per node for offloaded states: optimizer (fp32 master + moments) and, for ``all``, parameters
-    and fp32 gradients, times DeepSpeed's additional_buffer_factor 1.5 (DeepSpeed memory docs).
+    """Host memory per node for offloaded states (bytes, (n,)); 0 without offload.
+
+    per GPU: P_train x (master + moments + 4 fp32 grads) / (t p N), plus for ``all`` the 16-bit (or k-bit)
+    weights / (t p N); times the GPUs per node (min(cards, 8)) and DeepSpeed's additional_buffer_factor
+    (``host_buffer_factor``, 1.5). With zero.Init this is the DeepSpeed ZeRO-3 estimator: 16P x 1.5 / nodes
+    (optimizer offload), 18P x 1.5 / nodes (all). Offers do not yet state host RAM, so it is reported only.
     """
-    p = float(trainable_params(job))
-    per_gpu_states = p * optimizer_state_bytes_per_param(job, cfg, consts) / (cfg.tp * cfg.pp * cfg.dp)
-    params = np.where(cfg.offload == _ALL, float(job.arch.total_params) * 6.0 / (cfg.tp * cfg.pp * cfg.dp), 0.0)
-    per_node_gpus = np.minimum(cfg.cards, 8)
-    host = (per_gpu_states + params) * per_node_gpus * float(consts["host_buffer_factor"])
-    return _i64(np.where(cfg.offload == _NONE, 0.0, host))
+    b = _state_bytes(job, cfg, consts)
+    cards = _f(cfg.tp * cfg.pp * cfg.dp)
+    states = trainable_params(job) * (b["master"] + b["moments"] + 4.0) / cards
+    whole = replace(cfg, tp=np.ones_like(cfg.tp), pp=np.ones_like(cfg.pp), dp=np.ones_like(cfg.dp),
+                    offload=np.zeros_like(cfg.offload))  # fmt: skip
+    params = np.where(cfg.offload == _ALL, _f(weight_bytes(job, whole, consts)) / cards, 0.0)
+    host = (states + params) * _f(np.minimum(cfg.cards, 8)) * float(consts["host_buffer_factor"])
+    return _i64(np.where((cfg.offload == _NONE) | (cfg.zero_stage == 0), 0.0, host))
 
 
 def breakdown(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """All components, the allocator-fragmentation-adjusted ``total`` and ``cpu_offload`` (int64 bytes, (n,)).
+    """All components at the peak, their ``total`` and ``cpu_offload`` (int64 bytes, (n,)).
 
-    total = (weights + gradients + optimizer + activations + logits) x (1 + fragmentation) + overhead.
+    total = weights + gradients + optimizer + activations + logits + overhead, where
+    gradients = G if the gradients persist (gradient accumulation > 1, DeepSpeed's partitions, DDP buckets) else
+    max(0, G - A - LOG) (peak W + O + max(A + LOG, G), formulas.md section 1), and
+    overhead = context + buffers + ZeRO-3 gathered + fragmentation x (activations + logits + buffers + gathered):
+    the caching allocator fragments around the tensors allocated and freed every micro-batch, while model states
+    are allocated once at start-up (flat buffers) and pack tightly.
+    Extra keys: ``context`` (CUDA context and workspaces, invisible to torch's counters) and ``fragmentation``
+    (reserved minus allocated), used by :func:`peak_for_metric`.
     """
     parts = {
         "weights": weight_bytes(job, cfg, consts),
-        "gradients": gradient_bytes(job, cfg, consts),
         "optimizer": optimizer_bytes(job, cfg, consts),
         "activations": activation_bytes(job, cfg, consts),
         "logits": logits_bytes(job, cfg, consts),
-        "overhead": overhead_bytes(job, cfg, consts),
     }
-    tensors = sum(parts[k] for k in COMPONENTS if k != "overhead")
-    parts["total"] = _i64(tensors * (1.0 + float(consts["fragmentation"]))) + parts["overhead"]
+    grads = gradient_bytes(job, cfg, consts)
+    transient = (cfg.grad_accum <= 1) & ~_uses_deepspeed(job, cfg) & ~((cfg.zero_stage == 0) & (cfg.dp > 1))
+    parts["gradients"] = np.where(transient, np.maximum(grads - parts["activations"] - parts["logits"], 0), grads)
+    inside = buffer_bytes(job, cfg, consts) + zero3_gathered_bytes(job, cfg, consts)
+    dynamic = parts["activations"] + parts["logits"] + inside  # allocated and freed every micro-batch
+    parts["fragmentation"] = _i64(dynamic * float(consts["fragmentation"]))
+    parts["context"] = np.full(len(cfg), int(consts["context_bytes"]), dtype=np.int64)
+    parts["overhead"] = inside + parts["fragmentation"] + parts["context"]
+    parts["total"] = sum(parts[k] for k in COMPONENTS)
     parts["cpu_offload"] = cpu_offload_bytes(job, cfg, consts)
-    return parts
+    return {k: parts[k] for k in (*COMPONENTS, "total", "cpu_offload", "context", "fragmentation")}
+
+
+def peak_for_metric(parts: Mapping[str, np.ndarray], metric: str) -> np.ndarray:
+    """The peak a given counter reports (bytes, (n,)), from :func:`breakdown`'s parts.
+
+    allocated (``torch.cuda.max_memory_allocated``, torchtune "active"): total - context - fragmentation;
+    reserved (caching-allocator reserve): total - context; nvidia-smi (device level: context, NCCL and the
+    allocator's reserve): total. Source: formulas.md section 7 (what each counter includes).
+    """
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, not {metric!r}")
+    total = parts["total"]
+    if metric == "nvidia-smi":
+        return total
+    if metric == "reserved":
+        return total - parts["context"]
+    return total - parts["context"] - parts["fragmentation"]

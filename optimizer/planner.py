@@ -5,8 +5,7 @@ This is the library entry point the CLI, batch and pareto call; it returns typed
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,9 @@ from optimizer import cost
 from optimizer.catalog import Catalog, load_catalog, load_scenario, resolve_model, scenario_offer_files
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
 from optimizer.errors import InputError
+from optimizer.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.schema import (
+    Budget,
     CostReport,
     Estimate,
     MemoryReport,
@@ -27,6 +28,7 @@ from optimizer.schema import (
 )
 from optimizer.solver import Limits, SolverSettings, limits_from, solve
 from optimizer.space import Space, build, enumerate_all, report_currency
+from optimizer.yamlio import validate_value
 
 
 @dataclass
@@ -40,18 +42,6 @@ class Overrides:
 
 
 @dataclass
-class Relaxation:
-    """Why a scenario is infeasible and the smallest change that makes it feasible."""
-
-    binding: list[str]
-    message: str
-    budget_needed: float | None = None
-    deadline_needed_hours: float | None = None
-    memory_needed_bytes: int | None = None
-    gpus_that_fit: list[str] = field(default_factory=list)
-
-
-@dataclass
 class SolveResult:
     """The answer to ``ftopt solve``."""
 
@@ -61,7 +51,7 @@ class SolveResult:
     top: list[Estimate]  # the k best plans (including best)
     relaxation: Relaxation | None
     currency: str
-    bound: float | None
+    bound: float | None  # proven lower bound of the objective (cost or hours) when status is feasible
     candidates: int
     enumerated: int
 
@@ -75,11 +65,13 @@ def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scena
     if ov.objective is not None:
         update["objective"] = ov.objective
     if ov.deadline_hours is not None:
-        update["deadline_hours"] = ov.deadline_hours
+        hours = validate_value(Scenario, "deadline_hours", ov.deadline_hours, source, "--deadline-hours")
+        update["deadline_hours"] = hours
     if ov.budget is not None:
         if sc.budget is None:
-            raise InputError(source, "budget", "--budget needs a budget.currency in the scenario")
-        update["budget"] = sc.budget.model_copy(update={"amount": ov.budget})
+            raise InputError(source, "budget", "--budget needs a budget: {amount, currency} block in the scenario")
+        amount = validate_value(Budget, "amount", ov.budget, source, "--budget")
+        update["budget"] = sc.budget.model_copy(update={"amount": amount})
     if ov.catalog:
         update["catalog"] = ov.catalog
     if update:
@@ -146,56 +138,16 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
     return Estimate(status=status, plan=plan, memory=memory, time=time, cost=money)
 
 
-def _explain(
-    space: Space, objective: Objective, limits: Limits, settings: SolverSettings, catalog: Catalog
-) -> Relaxation:
-    """Which constraints bind (assumption core, shrunk one at a time) and the relaxation that fixes each."""
-    if len(space.cand) == 0:
-        need = min(space.smallest_need.values()) if space.smallest_need else None
-        biggest = max(catalog.gpus.values(), key=lambda g: g.memory_gib)
-        fit = sorted(
-            g.id
-            for g in catalog.gpus.values()
-            if need is not None and g.memory_gib * 2**30 * (1 - space.scenario.headroom) >= need
-        )
-        gib = f"{need / 2**30:.1f} GiB" if need is not None else "unknown"
-        msg = (f"no configuration fits in memory: the smallest needs {gib} per GPU; "
-               f"the largest offered card has {max((g.memory_gib for g in space.gpus), default=0):g} GiB")  # fmt: skip
-        if fit:
-            msg += f"; GPUs that would fit: {', '.join(fit)}"
-        else:
-            msg += f" (largest in the catalog: {biggest.id}, {biggest.memory_gib:g} GiB); allow more cards or offload"
-        return Relaxation(["memory"], msg, memory_needed_bytes=need, gpus_that_fit=fit)
-    core = solve(space, objective, limits, settings).binding
-    for name in list(core):
-        trial = [n for n in core if n != name]
-        if (
-            solve(space, objective, limits.without(*[n for n in limits.active() if n not in trial]), settings).status
-            is Status.infeasible
-        ):
-            core = trial
-    parts: list[str] = []
-    rel = Relaxation(core, "")
-    if "budget_cents" in core:
-        out = solve(space, Objective.cost, limits.without("budget_cents"), settings)
-        if out.index is not None:
-            rel.budget_needed = math.ceil(float(space.cost_total[out.index]) * 100 - 1e-6) / 100
-            parts.append(f"budget too small: needs at least {rel.budget_needed:,.2f} {space.currency}")
-    if "deadline_s" in core:
-        out = solve(space, Objective.time, limits.without("deadline_s"), settings)
-        if out.index is not None:
-            rel.deadline_needed_hours = math.ceil(float(space.cand.time["hours"][out.index]) * 100 - 1e-6) / 100
-            parts.append(f"deadline too short: needs at least {rel.deadline_needed_hours:g} hours")
-    for name in core:
-        if name not in ("budget_cents", "deadline_s"):
-            parts.append(f"allow.{name} excludes every plan that fits")
-    if "budget_cents" in core and "deadline_s" in core:
-        parts.append("(each figure assumes the other limit is kept)")
-    rel.message = "; ".join(parts) or "no plan meets the constraints"
-    return rel
+def _explain(space: Space, objective: Objective, limits: Limits, settings: SolverSettings, catalog: Catalog,
+             source: str = "scenario") -> Relaxation:  # fmt: skip
+    """Which constraints bind and the relaxation that fixes each (optimizer.explain)."""
+    return explain(space, objective, limits, settings, catalog, source)
 
 
-def solve_scenario(path: str | Path, overrides: Overrides | None = None, settings: SolverSettings = SolverSettings(),
+DEFAULT_SETTINGS = SolverSettings()
+
+
+def solve_scenario(path: str | Path, overrides: Overrides | None = None, settings: SolverSettings = DEFAULT_SETTINGS,
                    top_k: int = 1) -> SolveResult:  # fmt: skip
     """Solve one scenario file: optimal plan, best per other GPU type, top-k, or the infeasibility explanation."""
     sc, catalog, source = prepare(path, overrides)
@@ -203,9 +155,10 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     allow = canonical_allow(sc, catalog, source)
     space = build(sc, catalog, arch, source)
     limits = limits_from(space, allow)
+    check_pins(space, source)
     out = solve(space, sc.objective, limits, settings)
     if out.index is None:
-        rel = _explain(space, sc.objective, limits, settings, catalog)
+        rel = _explain(space, sc.objective, limits, settings, catalog, source)
         empty = Estimate(status=Status.infeasible, plan=None, memory=None, time=None, cost=None)
         return SolveResult(sc, empty, [], [], rel, space.currency, None, len(space.cand), space.enumerated)
     best = to_estimate(space, out.index, out.status)
@@ -226,7 +179,10 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
         alt = solve(space, sc.objective, limits, settings, subset=gpu_of == gid)
         if alt.index is not None:
             alternatives.append(to_estimate(space, alt.index, alt.status))
-    return SolveResult(sc, best, alternatives, top, None, space.currency, out.bound, len(space.cand), space.enumerated)
+    bound = None
+    if out.bound is not None and out.status is Status.feasible:  # solver units (cents, seconds) -> cost or hours
+        bound = out.bound / 100.0 if sc.objective is Objective.cost else out.bound / 3600.0
+    return SolveResult(sc, best, alternatives, top, None, space.currency, bound, len(space.cand), space.enumerated)
 
 
 ESTIMATE_DEFAULTS = {"tp": 1, "pp": 1, "zero_stage": 0, "offload": "none", "checkpointing": "none"}
@@ -259,10 +215,10 @@ def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Over
     arch = resolve_model(sc, catalog, path)
     job, offers, gpus, ev = enumerate_all(sc, catalog, arch, source)
     if len(ev) == 0:
-        raise InputError(source, "plan", _why_no_config(sc, arch))
+        raise InputError(source, *pin_problem(sc, arch, offers))
     currency = report_currency(sc, offers)
-    space = Space(job, sc, offers, gpus, currency, [cost.fx_rate(catalog, o.currency, currency, source) for o in offers], ev,
-                  np.zeros(len(ev)), [], len(ev), int(ev.fits.sum()))  # fmt: skip
+    fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
+    space = Space(job, sc, offers, gpus, currency, fx, ev, np.zeros(len(ev)), [], len(ev), int(ev.fits.sum()))
     terms = frozenset([sc.plan.term]) if sc.plan.term else None
     bills = [cost.bill(float(ev.time["hours"][i]), offers[int(ev.offer_idx[i])], terms) for i in range(len(ev))]
     totals = np.array([b.per_card * int(ev.cards[i]) * space.fx[int(ev.offer_idx[i])] for i, b in enumerate(bills)])
@@ -270,15 +226,3 @@ def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Over
     space.cost_total = totals
     space.bills = bills
     return to_estimate(space, best, Status.optimal if bool(ev.fits[best]) else Status.infeasible)
-
-
-def _why_no_config(sc: Scenario, arch: object) -> str:
-    p = sc.plan
-    dp = (p.cards or 1) // max((p.tp or 1) * (p.pp or 1), 1)
-    if p.tp and (arch.heads % p.tp or arch.kv_heads % p.tp):  # type: ignore[attr-defined]
-        return f"tp={p.tp} must divide heads ({arch.heads}) and kv_heads ({arch.kv_heads})"  # type: ignore[attr-defined]
-    if p.cards and p.cards % ((p.tp or 1) * (p.pp or 1)):
-        return f"cards={p.cards} must be a multiple of tp x pp = {(p.tp or 1) * (p.pp or 1)}"
-    if dp and sc.global_batch % (dp * (p.micro_batch or 1)):
-        return f"global_batch {sc.global_batch} must be divisible by micro_batch x dp = {(p.micro_batch or 1) * dp}"
-    return "no offer in the catalog can host this configuration (card count over the offer's nodes, or precision unsupported)"

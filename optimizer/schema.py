@@ -14,7 +14,17 @@ from datetime import date
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Closed choices
@@ -126,7 +136,18 @@ LoraTarget = Literal[
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head", "all-linear"
 ]
 Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code, e.g. USD or CNY")]
-PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+def _not_bool(value: Any) -> Any:
+    """Reject YAML booleans where a number is expected (pydantic would read ``true`` as 1)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_not_bool)]
+Float = Annotated[float, BeforeValidator(_not_bool)]
+PositiveFloat = Annotated[float, BeforeValidator(_not_bool), Field(gt=0, allow_inf_nan=False)]
 
 
 class Strict(BaseModel):
@@ -146,16 +167,16 @@ class ModelArch(Strict):
     """
 
     name: str = Field("custom", description="display name")
-    layers: int = Field(gt=0, le=1000, description="decoder blocks L")
-    hidden: int = Field(gt=0, le=200_000, description="model width h")
-    intermediate: int = Field(gt=0, le=1_000_000, description="SwiGLU branch width I")
-    heads: int = Field(gt=0, le=4096, description="attention heads a")
-    kv_heads: int = Field(gt=0, le=4096, description="key/value heads k (GQA)")
-    vocab: int = Field(gt=0, le=10_000_000, description="vocabulary size V (padded, as in config.json)")
+    layers: Int = Field(gt=0, le=1000, description="decoder blocks L")
+    hidden: Int = Field(gt=0, le=200_000, description="model width h")
+    intermediate: Int = Field(gt=0, le=1_000_000, description="SwiGLU branch width I")
+    heads: Int = Field(gt=0, le=4096, description="attention heads a")
+    kv_heads: Int = Field(gt=0, le=4096, description="key/value heads k (GQA)")
+    vocab: Int = Field(gt=0, le=10_000_000, description="vocabulary size V (padded, as in config.json)")
     tied_embeddings: bool = Field(False, description="input embedding shared with the output layer")
-    params: int | None = Field(None, gt=0, le=100_000_000_000_000, description="total parameters; computed if absent")
-    experts: int = Field(1, ge=1, le=1024, description="MoE experts per layer (1 = dense)")
-    experts_per_token: int = Field(1, ge=1, le=1024, description="experts routed per token")
+    params: Int | None = Field(None, gt=0, le=100_000_000_000_000, description="total parameters; computed if absent")
+    experts: Int = Field(1, ge=1, le=1024, description="MoE experts per layer (1 = dense)")
+    experts_per_token: Int = Field(1, ge=1, le=1024, description="experts routed per token")
     qkv_bias: bool = Field(False, description="bias on q, k, v projections (Qwen2)")
     source: str | None = Field(None, description="where the architecture comes from")
     notes: str | None = None
@@ -247,22 +268,22 @@ ModelField = Annotated[
 class LoraSpec(Strict):
     """LoRA adapters: rank r on the listed HF module names (``all-linear`` = every linear layer of the blocks)."""
 
-    rank: int = Field(16, gt=0, le=65536)
-    alpha: float = Field(32, gt=0, allow_inf_nan=False)
+    rank: Int = Field(16, gt=0, le=65536)
+    alpha: Float = Field(32, gt=0, allow_inf_nan=False)
     targets: list[LoraTarget] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         min_length=1,
     )
-    dropout: float = Field(0.0, ge=0, lt=1)
+    dropout: Float = Field(0.0, ge=0, lt=1)
 
 
 class DataSpec(Strict):
     """Training data: ``tokens`` directly, or ``samples`` x ``avg_tokens``; repeated ``epochs`` times."""
 
     tokens: PositiveFloat | None = Field(None, le=1e16, description="training tokens per epoch")
-    samples: int | None = Field(None, gt=0, le=10**13)
+    samples: Int | None = Field(None, gt=0, le=10**13)
     avg_tokens: PositiveFloat | None = Field(None, le=10_000_000)
-    epochs: float = Field(1, gt=0, le=10_000, allow_inf_nan=False)
+    epochs: Float = Field(1, gt=0, le=10_000, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _one_size(self) -> DataSpec:
@@ -288,7 +309,7 @@ class Training(Strict):
     attention: Attention = Attention.flash
     loss: Loss = Loss.auto
     base_bits: Literal[16, 8, 4] | None = Field(None, description="frozen base bits; default 16 (lora), 4 (qlora)")
-    checkpoint_every_hours: float | None = Field(
+    checkpoint_every_hours: Float | None = Field(
         None, gt=0, le=10_000, description="save a checkpoint this often (adds save time); default from calibration"
     )
 
@@ -305,8 +326,20 @@ class Allow(Strict):
 
     gpus: list[str] | None = Field(None, min_length=1)
     providers: list[str] | None = Field(None, min_length=1)
-    max_cards: int | None = Field(None, gt=0, le=100_000)
-    max_nodes: int | None = Field(None, gt=0, le=10_000)
+    max_cards: Int | None = Field(None, gt=0, le=100_000)
+    max_nodes: Int | None = Field(None, gt=0, le=10_000)
+
+
+def _term_from_plan(value: Any) -> Any:
+    """Read back the ``term`` that ``solve --json`` writes.
+
+    ``second`` and ``minute`` are increments of the hourly term; a mix such as ``month+hour`` pins nothing (the
+    cheapest cover of the same hours is that mix again).
+    """
+    if not isinstance(value, str):
+        return value
+    terms = {"hour" if t in ("second", "minute") else t for t in value.split("+")}
+    return terms.pop() if len(terms) == 1 else None
 
 
 class PlanPins(Strict):
@@ -314,19 +347,19 @@ class PlanPins(Strict):
 
     gpu: str | None = None
     offer: str | None = None
-    cards: int | None = Field(None, gt=0, le=100_000)
-    nodes: int | None = Field(None, gt=0, le=10_000)
-    tp: int | None = Field(None, gt=0, le=1024)
-    pp: int | None = Field(None, gt=0, le=1024)
-    dp: int | None = Field(None, gt=0, le=100_000)
-    zero_stage: int | None = Field(None, ge=0, le=3)
+    cards: Int | None = Field(None, gt=0, le=100_000)
+    nodes: Int | None = Field(None, gt=0, le=10_000)
+    tp: Int | None = Field(None, gt=0, le=1024)
+    pp: Int | None = Field(None, gt=0, le=1024)
+    dp: Int | None = Field(None, gt=0, le=100_000)
+    zero_stage: Int | None = Field(None, ge=0, le=3)
     offload: Offload | None = None
-    micro_batch: int | None = Field(None, gt=0, le=100_000)
-    grad_accum: int | None = Field(None, gt=0, le=1_000_000)
+    micro_batch: Int | None = Field(None, gt=0, le=100_000)
+    grad_accum: Int | None = Field(None, gt=0, le=1_000_000)
     precision: Precision | None = None
     optimizer: OptimizerName | None = None
     checkpointing: Checkpointing | None = None
-    term: Term | None = None
+    term: Annotated[Term | None, BeforeValidator(_term_from_plan)] = None
     billed_units: dict[str, int] | None = Field(None, description="ignored on input; present in solver output")
 
 
@@ -338,22 +371,23 @@ class Scenario(Strict):
     method: Method
     lora: LoraSpec | None = None
     data: DataSpec
-    seq_len: int = Field(gt=0, le=10_000_000)
-    global_batch: int = Field(gt=0, le=10_000_000, description="sequences per optimizer step")
+    seq_len: Int = Field(gt=0, le=10_000_000)
+    global_batch: Int = Field(gt=0, le=10_000_000, description="sequences per optimizer step")
     training: Training = Training()
     budget: Budget | None = None
-    deadline_hours: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)
+    deadline_hours: Float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)
     objective: Objective = Objective.cost
     catalog: str | list[str] | None = Field(None, description="offer catalog file(s); default all built-in offers")
     allow: Allow = Allow()
     plan: PlanPins = PlanPins()
-    headroom: float = Field(0.05, ge=0, lt=0.9, description="fraction of card memory kept free")
+    headroom: Float = Field(0.05, ge=0, lt=0.9, description="fraction of card memory kept free")
 
-    @model_validator(mode="after")
-    def _lora_only_with_adapters(self) -> Scenario:
-        if self.lora is not None and self.method is Method.full:
-            raise ValueError("lora settings given but method is full; use method lora or qlora")
-        return self
+    @field_validator("lora", mode="after")
+    @classmethod
+    def _lora_only_with_adapters(cls, lora: LoraSpec | None, info: ValidationInfo) -> LoraSpec | None:
+        if lora is not None and info.data.get("method") is Method.full:
+            raise ValueError("lora settings given but method is full; use method lora or qlora, or remove lora")
+        return lora
 
     @property
     def lora_spec(self) -> LoraSpec | None:
@@ -383,13 +417,13 @@ class Gpu(Strict):
     fp8_tflops: PositiveFloat | None = None
     fp32_tflops: PositiveFloat
     native_bf16: bool
-    matmul_ceiling_fraction: float | None = Field(None, gt=0, le=1)
-    nvlink_gb_per_s: float = Field(ge=0, allow_inf_nan=False)
-    nvlink_domain: int = Field(ge=1, le=1024)
+    matmul_ceiling_fraction: Float | None = Field(None, gt=0, le=1)
+    nvlink_gb_per_s: Float = Field(ge=0, allow_inf_nan=False)
+    nvlink_domain: Int = Field(ge=1, le=1024)
     p2p: bool = True
-    pcie_gen: int = Field(ge=1, le=7)
+    pcie_gen: Int = Field(ge=1, le=7)
     pcie_gb_per_s: PositiveFloat
-    cards_per_node: int = Field(ge=1, le=1024)
+    cards_per_node: Int = Field(ge=1, le=1024)
     tdp_w: PositiveFloat
     source: str = Field(min_length=3)
     as_of: date
@@ -427,11 +461,11 @@ class Offer(Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     provider: str
     gpu: str
-    cards_per_node: int = Field(ge=1, le=1024)
-    max_nodes: int = Field(1, ge=1, le=10_000)
-    inter_node_gb_per_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    cards_per_node: Int = Field(ge=1, le=1024)
+    max_nodes: Int = Field(1, ge=1, le=10_000)
+    inter_node_gb_per_s: Float | None = Field(None, gt=0, allow_inf_nan=False)
     nvlink: bool = True
-    hour_increment_s: int = Field(3600, ge=1, le=3600)
+    hour_increment_s: Int = Field(3600, ge=1, le=3600)
     prices: dict[Term, Price] = Field(min_length=1)
     notes: str | None = None
     currency: Currency = Field("USD", description="filled from the file's currency")

@@ -31,11 +31,13 @@ The nonlinear models never enter CP-SAT: they were evaluated in space.py; CP-SAT
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 from ortools.sat.python import cp_model
 
+from optimizer.errors import SolverLimitError
 from optimizer.schema import Objective, Status
 from optimizer.space import Space
 
@@ -181,17 +183,54 @@ def _build(cols: _Columns, subset: np.ndarray, limits: Limits) -> tuple[cp_model
     return model, pick, lits, x
 
 
-def _solver(settings: SolverSettings) -> cp_model.CpSolver:
+def _solver(settings: SolverSettings, time_limit_s: float) -> cp_model.CpSolver:
     s = cp_model.CpSolver()
-    s.parameters.max_time_in_seconds = settings.time_limit_s
+    s.parameters.max_time_in_seconds = max(time_limit_s, 1e-6)
     s.parameters.num_workers = settings.workers
     s.parameters.random_seed = settings.seed
     return s
 
 
+def status_of(code: int) -> Status | None:
+    """Map a CP-SAT status to ours; None means CP-SAT stopped before finding any solution.
+
+    OPTIMAL -> optimal, FEASIBLE (stopped early by the time limit) -> feasible, INFEASIBLE -> infeasible,
+    UNKNOWN -> None. MODEL_INVALID is a bug in _build, not a user error, and raises RuntimeError.
+    """
+    if code == cp_model.OPTIMAL:
+        return Status.optimal
+    if code == cp_model.FEASIBLE:
+        return Status.feasible
+    if code == cp_model.INFEASIBLE:
+        return Status.infeasible
+    if code == cp_model.UNKNOWN:
+        return None
+    raise RuntimeError(f"CP-SAT rejected the model (status {code}); this is a bug in solver._build")
+
+
+def _admissible(cols: _Columns, subset: np.ndarray, limits: Limits) -> np.ndarray:
+    """Candidates of ``subset`` that satisfy every active limit (plain numpy; seeds the search hint)."""
+    ok = subset.copy()
+    if limits.gpus is not None:
+        ok &= np.array([g in limits.gpus for g in cols.gpu_id], dtype=bool)
+    if limits.providers is not None:
+        ok &= np.array([p in limits.providers for p in cols.provider], dtype=bool)
+    for name, var in (("max_cards", "cards"), ("max_nodes", "nodes"), ("budget_cents", "cost_cents"),
+                      ("deadline_s", "time_s")):  # fmt: skip
+        bound = getattr(limits, name)
+        if bound is not None:
+            ok &= cols.values[var] <= int(bound)
+    return ok
+
+
 def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSettings = SolverSettings(),
           subset: np.ndarray | None = None) -> Outcome:  # fmt: skip
-    """Lexicographic optimum over the candidates in ``subset`` (default all) under ``limits``."""
+    """Lexicographic optimum over the candidates in ``subset`` (default all) under ``limits``.
+
+    ``settings.time_limit_s`` bounds the whole call. When CP-SAT stops early with a solution the outcome is
+    ``feasible`` with the proven lower bound of the first objective (cents or seconds); when it stops before
+    finding any, SolverLimitError says so. A later (tie-break) level cut short keeps the previous level's plan.
+    """
     cols = _Columns(space)
     n = len(space.cand)
     subset = np.ones(n, dtype=bool) if subset is None else subset
@@ -199,28 +238,40 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
         return Outcome(Status.infeasible, None)
     model, pick, lits, x = _build(cols, subset, limits)
     model.add_assumptions(list(lits.values()))
+    hint = np.flatnonzero(_admissible(cols, subset, limits))
+    if hint.size:  # a cheap greedy plan (the first admissible in rank order) as a starting solution
+        first = int(hint[np.argmin(cols.rank[hint])])
+        for i, var in pick.items():
+            model.add_hint(var, i == first)
     levels = ["cost_cents", "time_s"] if objective is Objective.cost else ["time_s", "cost_cents"]
-    solver = _solver(settings)
+    started = time.monotonic()
     status = Status.optimal
+    chosen: int | None = None
     first_value: int | None = None
     first_bound: float | None = None
     for level, var in enumerate([x[levels[0]], x[levels[1]], x["rank"]]):
         model.minimize(var)
         if settings.model_path and level == 0:
             model.export_to_file(settings.model_path)
-        result = solver.solve(model)
-        if result == cp_model.INFEASIBLE:
+        solver = _solver(settings, settings.time_limit_s - (time.monotonic() - started))
+        result = status_of(solver.solve(model))
+        if result is Status.infeasible:
             return Outcome(Status.infeasible, None, binding=_core(solver, lits))
-        if result not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return Outcome(Status.infeasible, None, binding=["time_limit"])
+        if result is None:  # time limit before any solution of this level
+            if chosen is None:
+                raise SolverLimitError(
+                    f"CP-SAT found no plan within the {settings.time_limit_s:g} s time limit; raise --time-limit"
+                )
+            status = Status.feasible
+            break
+        chosen = next(i for i, v in pick.items() if solver.boolean_value(v))
         value = int(solver.value(var))
         if level == 0:
             first_value, first_bound = value, float(solver.best_objective_bound)
-        if result != cp_model.OPTIMAL:
+        if result is Status.feasible:
             status = Status.feasible
             break
         model.add(var == value)
-    chosen = next(i for i, var in pick.items() if solver.boolean_value(var))
     return Outcome(status, chosen, first_value, first_bound)
 
 

@@ -202,7 +202,12 @@ def grid(
     if pins.zero_stage is not None and pins.offload is not None and not zo:
         zo = [(pins.zero_stage, OFFLOAD.index(pins.offload))]
     cks = [CHECKPOINTING.index(pins.checkpointing)] if pins.checkpointing else list(range(len(CHECKPOINTING)))
-    rows: list[tuple[int, ...]] = []
+    # rows are (layout, zero, offload, micro-batch, checkpointing, precision), in the order of the loops
+    # "for z, o in zo for m in mbs for ck in cks" per layout and precision (prune's tie-break relies on it);
+    # the (z, o, m, ck) block depends only on the micro-batch list, so it is built once per list (numpy)
+    blocks: dict[tuple[int, ...], np.ndarray] = {}
+    picked: list[np.ndarray] = []
+    heads: list[tuple[int, int, int]] = []  # (layout, precision, rows in its block)
     for li, lay in enumerate(lays):
         if job.global_batch % lay.dp:
             continue
@@ -213,15 +218,31 @@ def grid(
             mbs = [m for m in (1, 2, 4, 8, 16, 32, 64) if per_rank % m == 0]
         if pins.grad_accum is not None:
             mbs = [m for m in mbs if per_rank // m == pins.grad_accum]
+        block = blocks.get(tuple(mbs))
+        if block is None:
+            block = blocks[tuple(mbs)] = _zmc_block(zo, mbs, cks)
         for prec in _precisions(scenario, gpus[lay.offer]):
-            rows.extend((li, z, o, m, ck, prec) for z, o in zo for m in mbs for ck in cks)
-    if len(rows) > MAX_CANDIDATES:
+            picked.append(block)
+            heads.append((li, prec, block.shape[0]))
+    n_rows = sum(h[2] for h in heads)
+    if n_rows > MAX_CANDIDATES:
         raise SolverLimitError(
-            f"{scenario.name}: the candidate space has {len(rows):,} configurations (limit {MAX_CANDIDATES:,}); "
+            f"{scenario.name}: the candidate space has {n_rows:,} configurations (limit {MAX_CANDIDATES:,}); "
             "narrow it with allow.gpus, allow.max_cards or plan pins"
         )
-    arr = np.array(rows, dtype=np.int64).reshape(-1, 6)
-    return tuple(arr[:, j] for j in range(6))
+    body = np.concatenate(picked) if picked else np.zeros((0, 4), dtype=np.int64)
+    counts = np.array([h[2] for h in heads], dtype=np.int64)
+    li_col = np.repeat(np.array([h[0] for h in heads], dtype=np.int64), counts)
+    prec_col = np.repeat(np.array([h[1] for h in heads], dtype=np.int64), counts)
+    return li_col, body[:, 0], body[:, 1], body[:, 2], body[:, 3], prec_col
+
+
+def _zmc_block(zo: list[tuple[int, int]], mbs: list[int], cks: list[int]) -> np.ndarray:
+    """Rows (zero, offload, micro-batch, checkpointing) of zo x mbs x cks, first factor slowest (int64)."""
+    iz, im, ic = (a.ravel() for a in np.indices((len(zo), len(mbs), len(cks))))
+    zo_arr = np.array(zo, dtype=np.int64).reshape(-1, 2)
+    return np.column_stack([zo_arr[iz, 0], zo_arr[iz, 1], np.array(mbs, dtype=np.int64)[im],
+                            np.array(cks, dtype=np.int64)[ic]]).astype(np.int64).reshape(-1, 4)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
@@ -229,10 +250,22 @@ def grid(
 
 def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards: np.ndarray, nodes: np.ndarray,
              precision: np.ndarray, consts: dict[str, Any]) -> Hardware:  # fmt: skip
-    """Per-row hardware arrays from the catalog: capacity, peak of the precision, links, efficiency."""
+    """Per-row hardware arrays from the catalog: capacity, peak of the precision, links, efficiency.
+
+    Link bandwidths are per GPU and direction, link peak x ``link_efficiency`` (calibration ``timing``):
+    - NVLink inside the NVLink domain; PCIe peer-to-peer otherwise.
+    - Cards without peer-to-peer (GeForce 40) stage collectives through host memory: the node's host path carries
+      ``host`` x one PCIe link in all, shared by the g cards of the job in the node, so each gets
+      PCIe x host / g (fitted on the 2 x RTX 4090 FSDP case, docs/time-model.md).
+    - Across nodes NCCL runs one ring per NIC and every ring crosses each node boundary once, so the ring's
+      inter-node bus bandwidth per GPU is the node's aggregate NIC bandwidth, inter_node_gb_per_s x g
+      (nccl-tests busbw convention, formulas.md Part II sections 1.4 and 3.2); dp_bandwidth() in timing.py takes
+      the slower of that and the intra-node link.
+    """
     link = consts["link_efficiency"]
     archs = sorted({g.arch for g in gpus})
     n_off = len(offers)
+    o = offer_idx
     cap = np.array([g.memory_gib * 2**30 for g in gpus])
     bf16 = np.array([(g.bf16_tflops or g.fp16_tflops) * 1e12 for g in gpus])
     peaks = np.array([[(g.peak_tflops(p) or 0.0) * 1e12 for p in PRECISION] for g in gpus]).reshape(
@@ -240,26 +273,28 @@ def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards:
     )
     hbm = np.array([g.memory_bandwidth_gb_per_s * 1e9 for g in gpus])
     nvl = np.array(
-        [g.nvlink_gb_per_s * 1e9 * link["nvlink"] if o.nvlink else 0.0 for g, o in zip(gpus, offers, strict=True)]
+        [g.nvlink_gb_per_s * 1e9 * link["nvlink"] if of.nvlink else 0.0 for g, of in zip(gpus, offers, strict=True)]
     )
-    domain = np.array([g.nvlink_domain if o.nvlink else 1 for g, o in zip(gpus, offers, strict=True)])
+    domain = np.array([g.nvlink_domain if of.nvlink else 1 for g, of in zip(gpus, offers, strict=True)])
     pcie = np.array([g.pcie_gb_per_s * 1e9 for g in gpus])
-    pcie_peer = np.array([g.pcie_gb_per_s * 1e9 * (link["pcie"] if g.p2p else link["host"]) for g in gpus])
-    inter = np.array([(o.inter_node_gb_per_s or 0.0) * 1e9 * link["network"] for o in offers])
+    p2p = np.array([g.p2p for g in gpus])
+    per_node_cards = np.minimum(cards, np.array([of.cards_per_node for of in offers])[o]).astype(np.float64)
+    pcie_peer = np.where(
+        p2p[o], pcie[o] * link["pcie"], pcie[o] * link["host"] / np.maximum(per_node_cards, 1.0)
+    )  # fmt: skip
+    nic = np.array([(of.inter_node_gb_per_s or 0.0) * 1e9 * link["network"] for of in offers])
     eff = np.array([float(consts["efficiency"][g.arch]) for g in gpus])
     arch_code = np.array([archs.index(g.arch) for g in gpus])
-    per_node_cards = np.minimum(cards, np.array([o.cards_per_node for o in offers])[offer_idx])
-    in_domain = per_node_cards <= domain[offer_idx]
-    o = offer_idx
-    intra = np.where(in_domain & (nvl[o] > 0), nvl[o], pcie_peer[o])
+    in_domain = per_node_cards <= domain[o]
+    intra = np.where(in_domain & (nvl[o] > 0), nvl[o], pcie_peer)
     return Hardware(
         capacity_bytes=cap[o],
         peak_flops=peaks[o, precision],
         bf16_flops=bf16[o],
         hbm_bytes_per_s=hbm[o],
         intra_bytes_per_s=intra,
-        tp_bytes_per_s=np.where(nvl[o] > 0, nvl[o], pcie_peer[o]),
-        inter_bytes_per_s=np.where(nodes > 1, inter[o], np.inf),
+        tp_bytes_per_s=np.where(nvl[o] > 0, nvl[o], pcie_peer),
+        inter_bytes_per_s=np.where(nodes > 1, nic[o] * per_node_cards, np.inf),
         pcie_bytes_per_s=pcie[o] * link["pcie"],
         nodes=nodes,
         cards_per_node=np.array([of.cards_per_node for of in offers])[o],

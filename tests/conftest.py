@@ -77,3 +77,45 @@ def run_cli() -> Callable[..., Any]:
 @click.pass_context
 def _entry(ctx: click.Context) -> None:
     main(list(ctx.args))
+
+
+def timing_inputs(catalog: Any, gpu: str = "A100-80G", cards: Any = 1, *, tp: Any = 1, pp: Any = 1, zero_stage: Any = 0,
+                  offload: str = "none", micro_batch: Any = 1, checkpointing: str = "none", precision: str = "bf16",
+                  offer_changes: dict[str, Any] | None = None, gpu_changes: dict[str, Any] | None = None,
+                  **scenario_changes: Any) -> tuple[Any, Any, Any, dict[str, Any]]:  # fmt: skip
+    """(job, cfg, hw, timing constants) for the pure timing functions.
+
+    BASE_SCENARIO with ``scenario_changes``, on the first catalog offer of ``gpu`` that can host every card count
+    (``offer_changes``/``gpu_changes`` applied); array-valued layout arguments broadcast to one row per
+    configuration; nodes = ceil(cards / cards_per_node).
+    """
+    import numpy as np
+
+    from optimizer.catalog import resolve_model
+    from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs
+    from optimizer.schema import Checkpointing, Offload, OptimizerName, Precision, Scenario
+    from optimizer.space import hardware, make_job
+
+    sc = Scenario.model_validate(scenario_doc(**scenario_changes))
+    job = make_job(sc, resolve_model(sc, catalog))
+    spec = catalog.gpus[gpu].model_copy(update=gpu_changes or {})
+    need = int(np.max(cards))
+    offer = next(o for o in catalog.offers if o.gpu == gpu and o.cards_per_node * o.max_nodes >= need)
+    offer = offer.model_copy(update=offer_changes or {})
+    layout = (cards, tp, pp, micro_batch, zero_stage)
+    arrays = (np.atleast_1d(np.asarray(v, dtype=np.int64)) for v in layout)
+    cards_a, tp_a, pp_a, mb_a, z_a = np.broadcast_arrays(*arrays)
+    n = len(cards_a)
+    dp = cards_a // (tp_a * pp_a)
+    code = lambda values, v: np.full(n, values.index(v), dtype=np.int64)  # noqa: E731
+    cfg = Configs(
+        tp=tp_a, pp=pp_a, dp=dp, zero_stage=z_a, offload=code(OFFLOAD, Offload(offload)), micro_batch=mb_a,
+        grad_accum=np.maximum(job.global_batch // (dp * mb_a), 1),
+        checkpointing=code(CHECKPOINTING, Checkpointing(checkpointing)),
+        precision=code(PRECISION, Precision(precision)),
+        optimizer=code(OPTIMIZER, OptimizerName(sc.training.optimizer)),
+    )  # fmt: skip
+    nodes = -(-cards_a // offer.cards_per_node)
+    consts = catalog.calibration["timing"]
+    hw = hardware([spec], [offer], np.zeros(n, dtype=np.int64), cards_a, nodes, cfg.precision, consts)
+    return job, cfg, hw, consts

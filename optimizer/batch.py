@@ -1,0 +1,380 @@
+"""Many scenarios at once: a process pool on this machine or tasks on a Ray cluster, results streamed to a file.
+
+Contract (DESIGN.md section 7):
+
+* Inputs are files, folders (every ``*.yaml``/``*.yml`` below them) and globs; duplicates are solved once.
+* One row per scenario (:data:`ROW_FIELDS`): the plan's key decision values, cost in the report currency, hours,
+  status (optimal, feasible, infeasible or error) and ``error``, the one-line message of a failure or the
+  infeasibility explanation. A failing scenario never stops the others: every exception in a worker becomes a row.
+* Rows are appended to the output (``.jsonl`` or ``.csv``) and flushed as each scenario finishes, in completion
+  order; when the batch ends, normally or by Ctrl-C, the file is rewritten atomically in scenario-path order with
+  one row per scenario. Row content depends only on the scenario and catalog, so the final file is identical for
+  any worker count and either backend.
+* Resume: rerunning with the same output skips every scenario that already has a row whose status is not
+  ``error``; error rows are retried (the file may have been fixed). A partly written last line (a killed process)
+  and any row that does not parse are dropped before the run.
+
+Workers solve with :func:`solve_row`, which hands CP-SAT only the candidates that can be optimal
+(pareto.relevant: the non-dominated ones among those the allow-lists admit, an exact reduction) and falls back
+to the full space to explain an infeasible scenario. Each process caches the catalogs it loads
+(catalog.load_catalog), and the local pool forks from a parent that has imported everything, so a worker starts
+in milliseconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import json
+import multiprocessing
+import os
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from optimizer.catalog import resolve_model
+from optimizer.errors import FtoptError, InputError
+from optimizer.pareto import relevant
+from optimizer.planner import _explain, canonical_allow, prepare, to_estimate
+from optimizer.solver import SolverSettings, limits_from, solve
+from optimizer.space import build
+
+DEFAULT_SETTINGS = SolverSettings()  # CP-SAT defaults: 10 s limit, 1 worker, seed 0
+ROW_FIELDS = ("scenario", "name", "status", "gpu", "cards", "nodes", "tp", "dp", "zero_stage", "offload",
+              "micro_batch", "grad_accum", "checkpointing", "cost", "currency", "hours", "error")  # fmt: skip
+STATUSES = ("optimal", "feasible", "infeasible", "error")
+SCENARIO_SUFFIXES = (".yaml", ".yml")
+
+Row = dict[str, Any]  # ROW_FIELDS -> value (None where not applicable)
+
+
+class Backend(StrEnum):
+    """Where the scenarios are solved."""
+
+    local = "local"  # a process pool on this machine
+    ray = "ray"  # tasks on a Ray cluster (optional dependency)
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+
+def expand(inputs: Iterable[str]) -> list[str]:
+    """Scenario files named by ``inputs`` (files, folders searched recursively, globs), first occurrence kept."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(str(p) for p in path.rglob("*") if p.suffix in SCENARIO_SUFFIXES and p.is_file())
+        elif path.is_file():
+            found = [item]
+        elif glob.has_magic(item):
+            found = sorted(p for p in glob.glob(item, recursive=True) if Path(p).is_file())
+        else:
+            found = []
+        if not found:
+            raise InputError(item, "", "no scenario file: not a file, a folder with *.yaml files or a matching glob")
+        for p in found:
+            key = os.path.realpath(p)
+            if key not in seen:
+                seen.add(key)
+                out.append(p)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ one scenario
+
+
+def solve_row(path: str, settings: SolverSettings = DEFAULT_SETTINGS) -> Row:
+    """Solve one scenario file into a row; never raises (failures become ``status: error`` rows)."""
+    row: Row = dict.fromkeys(ROW_FIELDS)
+    row["scenario"] = path
+    row["name"] = Path(path).stem
+    try:
+        sc, catalog, source = prepare(path)
+        row["name"] = sc.name
+        arch = resolve_model(sc, catalog, path)
+        space = build(sc, catalog, arch, source)
+        limits = limits_from(space, canonical_allow(sc, catalog, source))
+        out = solve(space, sc.objective, limits, settings, subset=relevant(space, limits))
+        row["currency"] = space.currency
+        if out.index is None:
+            row["status"] = "infeasible"
+            row["error"] = _explain(space, sc.objective, limits, settings, catalog).message
+            return row
+        est = to_estimate(space, out.index, out.status)
+        p = est.plan
+        assert p is not None and est.time is not None
+        row.update(status=est.status.value, gpu=p.gpu, cards=p.cards, nodes=p.nodes, tp=p.tp, dp=p.dp,
+                   zero_stage=p.zero_stage, offload=p.offload.value, micro_batch=p.micro_batch,
+                   grad_accum=p.grad_accum, checkpointing=p.checkpointing.value,
+                   cost=round(float(space.cost_total[out.index]), 2), hours=est.time.hours)  # fmt: skip
+    except FtoptError as exc:
+        _fail(row, str(exc))
+    except Exception as exc:  # any bug stays with its scenario; the batch carries on
+        _fail(row, f"unexpected {type(exc).__name__}: {exc}")
+    return row
+
+
+def _fail(row: Row, message: str) -> None:
+    for key in ROW_FIELDS[2:]:
+        row[key] = None
+    row["status"] = "error"
+    row["error"] = " ".join(message.split())
+
+
+# ------------------------------------------------------------------------------------------------ result files
+
+
+def output_format(path: str | Path) -> str:
+    """``jsonl`` or ``csv`` from the output's suffix."""
+    suffix = Path(path).suffix.lower()
+    if suffix in (".jsonl", ".csv"):
+        return suffix[1:]
+    raise InputError(str(path), "-o", f"unknown output format '{suffix or path}'; use a .jsonl or .csv file")
+
+
+def _valid(row: Any) -> bool:
+    return isinstance(row, dict) and all(k in row for k in ROW_FIELDS) and row["status"] in STATUSES
+
+
+def read_rows(path: str | Path) -> list[Row]:
+    """The complete, well-formed rows of a results file; a partial last line and malformed rows are dropped."""
+    target = Path(path)
+    if not target.exists():
+        return []
+    text = target.read_text(encoding="utf-8", errors="replace")
+    complete = text[: text.rfind("\n") + 1]  # a line without its newline was cut off mid-write
+    rows: list[Row] = []
+    if output_format(target) == "jsonl":
+        for line in complete.splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if _valid(row):
+                rows.append({k: row[k] for k in ROW_FIELDS})
+        return rows
+    reader = csv.DictReader(io.StringIO(complete))
+    for row in reader:
+        if None not in row and _valid(row) and None not in row.values():
+            rows.append({k: row[k] for k in ROW_FIELDS})
+    return rows
+
+
+def format_row(row: Row, fmt: str) -> str:
+    """One row as a line of JSONL or CSV (with its newline)."""
+    if fmt == "jsonl":
+        return json.dumps({k: row[k] for k in ROW_FIELDS}, ensure_ascii=False) + "\n"
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(["" if row[k] is None else row[k] for k in ROW_FIELDS])
+    return buf.getvalue()
+
+
+def render_rows(rows: list[Row], fmt: str) -> str:
+    """A whole results file: the CSV header (for CSV) and one line per row."""
+    head = ",".join(ROW_FIELDS) + "\n" if fmt == "csv" else ""
+    return head + "".join(format_row(r, fmt) for r in rows)
+
+
+def final_rows(rows: Iterable[Row]) -> list[Row]:
+    """One row per scenario (the last one written wins), in scenario-path order."""
+    latest: dict[str, Row] = {}
+    for row in rows:
+        latest[str(row["scenario"])] = row
+    return [latest[k] for k in sorted(latest)]
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` through a temporary file and a rename.
+
+    The result stream's own writer: batch sits below report in the import order, so it cannot borrow
+    report.write_atomic.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ------------------------------------------------------------------------------------------------ backends
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the OS reports one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def _quiet_worker() -> None:
+    """Pool initializer: Ctrl-C is the parent's to handle (it cancels the pool and keeps finished rows)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _local_rows(paths: list[str], workers: int, settings: SolverSettings) -> Iterator[Row]:
+    """Rows in completion order from a process pool (in this process when ``workers`` is 1)."""
+    if workers <= 1 or len(paths) <= 1:
+        for p in paths:
+            yield solve_row(p, settings)
+        return
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=ctx, initializer=_quiet_worker)
+    try:
+        pending: dict[Future[Row], str] = {pool.submit(solve_row, p, settings): p for p in paths}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: pending[f]):
+                path = pending.pop(fut)
+                exc = fut.exception()
+                if exc is None:
+                    yield fut.result()
+                else:  # the worker process itself died (e.g. killed for memory)
+                    row = dict.fromkeys(ROW_FIELDS)
+                    row.update(scenario=path, name=Path(path).stem)
+                    _fail(row, f"worker failed: {type(exc).__name__}: {exc}")
+                    yield row
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _solve_in(cwd: str, path: str, settings: SolverSettings) -> Row:
+    """Ray task body: solve from the driver's working directory so relative paths mean the same thing."""
+    if os.path.isdir(cwd):
+        os.chdir(cwd)
+    return solve_row(path, settings)
+
+
+def _ray_rows(paths: list[str], workers: int, address: str | None, settings: SolverSettings) -> Iterator[Row]:
+    """Rows in completion order from Ray tasks (one CPU each); starts a local Ray when none is running."""
+    if not paths:
+        return
+    try:
+        import ray
+    except ImportError:
+        raise InputError(
+            "--backend", "ray", "Ray is not installed; install it with: pip install 'ftopt[ray]'"
+        ) from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
+                 log_to_driver=False, logging_level="ERROR")  # fmt: skip
+    task = ray.remote(num_cpus=1)(_solve_in)
+    refs = [task.remote(os.getcwd(), p, settings) for p in paths]
+    pending = list(refs)
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                yield ray.get(ref)
+    finally:
+        for ref in pending:
+            ray.cancel(ref)
+        if started:
+            ray.shutdown()
+
+
+# ------------------------------------------------------------------------------------------------ the batch
+
+
+@dataclass
+class BatchSummary:
+    """What a batch did: counts by status, the errors, the final rows of the inputs, elapsed wall clock."""
+
+    total: int  # scenarios named by the inputs
+    skipped: int  # already solved in the output (resume)
+    solved: int  # solved in this run
+    rows: list[Row]  # one per input scenario that has a row, in scenario-path order
+    elapsed_s: float
+    interrupted: bool = False
+    counts: dict[str, int] = field(default_factory=dict)  # status -> rows (of ``rows``)
+
+    @property
+    def errors(self) -> list[Row]:
+        """Rows whose status is error."""
+        return [r for r in self.rows if r["status"] == "error"]
+
+
+def run_batch(
+    paths: list[str],
+    output: str | Path | None = None,
+    workers: int | None = None,
+    backend: Backend = Backend.local,
+    address: str | None = None,
+    settings: SolverSettings = DEFAULT_SETTINGS,
+    on_start: Callable[[int, int], None] | None = None,
+    on_row: Callable[[Row], None] | None = None,
+) -> BatchSummary:
+    """Solve ``paths``, streaming rows to ``output`` and skipping those it already holds; see the module docstring.
+
+    Args:
+        paths: scenario files (see :func:`expand`).
+        output: ``.jsonl`` or ``.csv`` results file, appended to and finally rewritten in order; None keeps rows
+            in memory only.
+        workers: processes (local) or CPUs of a local Ray; default: the cores available to this process.
+        backend: local process pool or Ray.
+        address: Ray cluster address (``auto`` or ``host:port``); None starts a local Ray.
+        settings: CP-SAT parameters for every scenario.
+        on_start: called once with (scenarios to solve, scenarios skipped).
+        on_row: called with each row as it finishes (in completion order).
+
+    Returns:
+        The summary; on Ctrl-C (``interrupted``) the pending scenarios are cancelled and the output holds every
+        finished row, whole and in order.
+    """
+    t0 = time.perf_counter()
+    n_workers = workers or available_cores()
+    fmt = output_format(output) if output is not None else "jsonl"
+    previous = read_rows(output) if output is not None else []
+    wanted = {os.path.realpath(p) for p in paths}
+    done = {os.path.realpath(str(r["scenario"])) for r in previous if r["status"] != "error"}
+    todo = [p for p in paths if os.path.realpath(p) not in done]
+    kept = [r for r in previous if os.path.realpath(str(r["scenario"])) not in wanted or r["status"] != "error"]
+    if output is not None:
+        _write_atomic(Path(output), render_rows(final_rows(kept), fmt))  # repaired: whole lines, no stale errors
+    if on_start is not None:
+        on_start(len(todo), len(paths) - len(todo))
+    fresh: list[Row] = []
+    interrupted = False
+    try:
+        _stream(todo, output, fmt, n_workers, backend, address, settings, fresh, on_row)
+    except KeyboardInterrupt:
+        interrupted = True
+    mine = [r for r in final_rows(kept + fresh) if os.path.realpath(str(r["scenario"])) in wanted]
+    counts = {s: sum(1 for r in mine if r["status"] == s) for s in STATUSES}
+    return BatchSummary(len(paths), len(paths) - len(todo), len(fresh), mine, time.perf_counter() - t0,
+                        interrupted, counts)  # fmt: skip
+
+
+def _stream(todo: list[str], output: str | Path | None, fmt: str, workers: int, backend: Backend,
+            address: str | None, settings: SolverSettings, fresh: list[Row],
+            on_row: Callable[[Row], None] | None) -> None:  # fmt: skip
+    """Solve ``todo``, appending each row to ``fresh`` and to the output (flushed); finally rewrite it in order."""
+    stream = open(output, "a", encoding="utf-8", newline="") if output is not None else None
+    rows = (_ray_rows(todo, workers, address, settings) if backend is Backend.ray
+            else _local_rows(todo, workers, settings))  # fmt: skip
+    try:
+        for row in rows:
+            fresh.append(row)
+            if stream is not None:
+                stream.write(format_row(row, fmt))
+                stream.flush()
+            if on_row is not None:
+                on_row(row)
+    finally:
+        rows.close()  # stops the pool or cancels the Ray tasks still pending
+        if stream is not None:
+            stream.close()
+            _write_atomic(Path(output), render_rows(final_rows(read_rows(output)), fmt))  # type: ignore[arg-type]

@@ -1,0 +1,242 @@
+"""Why a scenario has no plan, and the smallest change that gives it one.
+
+Three kinds of answer, each with numbers a user can apply as they are:
+
+* the plan pins admit no configuration at all (tp not dividing the heads, a global batch that the pinned cards
+  cannot split): an :class:`InputError` naming the pinned field, raised by :func:`check_pins`;
+* nothing fits in memory: the memory the smallest configuration needs, the largest card offered, and the GPUs on
+  which some configuration fits when the GPU pin and the scenario's offer list are widened to every built-in offer;
+* plans fit but the user's limits exclude them. The allow-lists (gpus, providers, max_cards, max_nodes) that
+  exclude everything are found by solving with each limit behind an assumption literal (the CP-SAT core), then
+  shrinking the core by re-solving without one member at a time. With those relaxed, the budget and the deadline
+  are examined: ``budget_needed`` is the cost of the cheapest plan meeting the deadline, ``deadline_needed_hours``
+  the time of the fastest plan within the budget; when neither alone helps, both come from one plan (the
+  objective's optimum without either limit), so that applying the pair makes the scenario feasible.
+
+Money is rounded up to the cent and time up to the second in the same way as the solver's coefficients, so a
+budget or deadline set to the reported figure is met exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from optimizer.catalog import Catalog, default_offer_files, load_catalog
+from optimizer.errors import FtoptError, InputError
+from optimizer.schema import ModelArch, Objective, Offer, PlanPins, Scenario
+from optimizer.solver import Limits, SolverSettings, cents, seconds, solve
+from optimizer.space import Space, build
+
+# Limits field -> the scenario field a user edits to relax it
+FIELD_OF = {
+    "gpus": "allow.gpus",
+    "providers": "allow.providers",
+    "max_cards": "allow.max_cards",
+    "max_nodes": "allow.max_nodes",
+    "budget_cents": "budget.amount",
+    "deadline_s": "deadline_hours",
+}
+_ALLOW = ("gpus", "providers", "max_cards", "max_nodes")
+
+
+@dataclass
+class Relaxation:
+    """Why a scenario is infeasible and the smallest change that makes it feasible."""
+
+    binding: list[str]  # scenario fields to relax (``budget.amount``, ``allow.gpus``) or ``memory``
+    message: str
+    budget_needed: float | None = None  # in the report currency
+    deadline_needed_hours: float | None = None
+    memory_needed_bytes: int | None = None
+    gpus_that_fit: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------ pins
+
+
+def _divisors(n: int, limit: int = 64) -> str:
+    return ", ".join(str(d) for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
+def pin_problem(sc: Scenario, arch: ModelArch, offers: list[Offer]) -> tuple[str, str]:
+    """(field, message) explaining why the ``plan:`` pins admit no configuration on any offer."""
+    p: PlanPins = sc.plan
+    gb = sc.global_batch
+    tp, pp = p.tp or 1, p.pp or 1
+    if p.tp and (arch.heads % p.tp or arch.kv_heads % p.tp):
+        return "plan.tp", (f"tp={p.tp} must divide the attention heads ({arch.heads}) and kv_heads ({arch.kv_heads}) "
+                           f"of {arch.name}; allowed: {_divisors(arch.kv_heads)}")  # fmt: skip
+    if p.cards:
+        most = max((o.cards_per_node * o.max_nodes for o in offers), default=0)
+        if p.cards > most:
+            return "plan.cards", f"cards={p.cards} is more than any offer rents (at most {most} cards)"
+    if p.cards and p.cards % (tp * pp):
+        return "plan.cards", f"cards={p.cards} must be a multiple of tp x pp = {tp * pp}"
+    if p.cards and p.dp and p.dp * tp * pp != p.cards:
+        return "plan.dp", f"dp={p.dp} must equal cards / (tp x pp) = {p.cards // (tp * pp)}"
+    dp = p.dp or (p.cards // (tp * pp) if p.cards else None)
+    if dp and gb % dp:
+        return "global_batch", (f"global_batch {gb} must be divisible by dp = {dp} (micro_batch x grad_accum x dp = "
+                                f"global_batch); use a multiple of {dp} or pin other cards")  # fmt: skip
+    per_rank = gb // dp if dp else gb
+    if p.micro_batch and per_rank % p.micro_batch:
+        return "plan.micro_batch", (f"micro_batch={p.micro_batch} must divide global_batch / dp = {per_rank}; "
+                                    f"allowed: {_divisors(per_rank)}")  # fmt: skip
+    if p.grad_accum and per_rank % p.grad_accum:
+        return "plan.grad_accum", (f"grad_accum={p.grad_accum} must divide global_batch / dp = {per_rank}; "
+                                   f"allowed: {_divisors(per_rank)}")  # fmt: skip
+    if p.grad_accum and p.micro_batch and dp and p.micro_batch * p.grad_accum * dp != gb:
+        product = p.micro_batch * p.grad_accum * dp
+        return "plan.grad_accum", f"micro_batch x grad_accum x dp = {product} must equal global_batch {gb}"
+    if p.nodes and p.cards and not any(-(-p.cards // o.cards_per_node) == p.nodes for o in offers):
+        return "plan.nodes", f"nodes={p.nodes} does not match cards={p.cards} on any offer's cards per node"
+    if p.precision:
+        return "plan.precision", f"no offered GPU runs precision {p.precision.value} natively; try bf16 or fp16"
+    return "plan", "the pinned values admit no configuration on any offer; unpin some of them"
+
+
+def check_pins(space: Space, source: str) -> None:
+    """Raise InputError naming the pinned field when the space has no configuration, or none priced."""
+    sc = space.scenario
+    if space.enumerated == 0:
+        raise InputError(source, *pin_problem(sc, space.job.arch, space.offers))
+    if len(space.cand) == 0 and space.fitting > 0 and sc.plan.term is not None:
+        priced = sorted({t.value for o in space.offers for t in o.prices})
+        raise InputError(source, "plan.term", f"no offer that fits prices the term '{sc.plan.term.value}'; "
+                         f"terms offered: {', '.join(priced)}")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ memory
+
+
+def _wide_catalog(catalog: Catalog) -> Catalog:
+    """The catalog with every built-in offer file added (the scenario's own files first)."""
+    own = list(catalog.offer_files)
+    seen = {Path(f).resolve() for f in own}
+    extra = [str(p) for p in default_offer_files() if p.resolve() not in seen]
+    try:
+        return load_catalog([*own, *extra])
+    except FtoptError:  # e.g. an offer id of the user's file repeats a built-in one
+        return load_catalog()
+
+
+def gpus_that_fit(space: Space, catalog: Catalog, source: str) -> list[str]:
+    """GPU ids on which some configuration fits when the GPU/offer pins are dropped and every offer is allowed."""
+    sc = space.scenario
+    wide = sc.model_copy(update={"plan": sc.plan.model_copy(update={"gpu": None, "offer": None})})
+    try:
+        sp = build(wide, _wide_catalog(catalog), space.job.arch, source)
+    except FtoptError:
+        return []
+    return sorted({sp.offers[int(i)].gpu for i in sp.cand.offer_idx})
+
+
+def explain_memory(space: Space, catalog: Catalog, source: str) -> Relaxation:
+    """Nothing fits: the smallest per-GPU need, the largest card offered and the GPUs that would fit."""
+    need = min(space.smallest_need.values()) if space.smallest_need else None
+    largest = max(space.gpus, key=lambda g: g.memory_gib)
+    usable = largest.memory_gib * (1 - space.scenario.headroom)
+    fit = gpus_that_fit(space, catalog, source)
+    msg = (f"no configuration fits in memory: the smallest needs {need / 2**30:.1f} GiB per GPU, the largest offered "
+           f"card ({largest.id}) has {usable:.1f} GiB usable ({largest.memory_gib:g} GiB less "
+           f"{space.scenario.headroom:.0%} headroom)")  # fmt: skip
+    if fit:
+        msg += f"; GPUs that would fit (built-in offers): {', '.join(fit)}; set plan.gpu or allow.gpus to one of them"
+    else:
+        msg += "; no GPU in the catalog fits: shorten seq_len, use lora/qlora, or unpin cards, zero_stage and offload"
+    return Relaxation(["memory"], msg, memory_needed_bytes=need, gpus_that_fit=fit)
+
+
+# ------------------------------------------------------------------------------------------------ limits
+
+
+def _feasible(space: Space, objective: Objective, limits: Limits, settings: SolverSettings,
+              subset: np.ndarray | None = None) -> int | None:  # fmt: skip
+    return solve(space, objective, limits, settings, subset).index
+
+
+def _shrink(space: Space, limits: Limits, settings: SolverSettings) -> list[str]:
+    """A minimal set of allow-list limits that alone excludes every plan (CP-SAT core, then deletion filter)."""
+    only_allow = limits.without("budget_cents", "deadline_s")
+    out = solve(space, Objective.cost, only_allow, settings)
+    if out.index is not None:
+        return []
+    core = [n for n in out.binding if n in _ALLOW] or [n for n in _ALLOW if n in only_allow.active()]
+    for name in list(core):
+        trial = [n for n in core if n != name]
+        kept = only_allow.without(*[n for n in only_allow.active() if n not in trial])
+        if _feasible(space, Objective.cost, kept, settings) is None:
+            core = trial
+    return core
+
+
+def _allowed_gpus(space: Space, limits: Limits, settings: SolverSettings) -> list[str]:
+    """GPU ids with a plan under ``limits`` without the GPU allow-list."""
+    free = limits.without("gpus")
+    gpu_of = np.array([space.offers[int(i)].gpu for i in space.cand.offer_idx])
+    return [g for g in sorted(set(gpu_of)) if _feasible(space, Objective.cost, free, settings, gpu_of == g) is not None]
+
+
+def _hours_needed(space: Space, i: int) -> float:
+    return float(np.ceil(seconds(space.cand.time["hours"][i : i + 1])[0] / 36.0)) / 100.0
+
+
+def _money_needed(space: Space, i: int) -> float:
+    return float(cents(space.cost_total[i : i + 1])[0]) / 100.0
+
+
+def explain(space: Space, objective: Objective, limits: Limits, settings: SolverSettings, catalog: Catalog,
+            source: str = "scenario") -> Relaxation:  # fmt: skip
+    """The binding constraints of an infeasible scenario and the relaxation that fixes each (module docstring)."""
+    check_pins(space, source)
+    if len(space.cand) == 0:
+        return explain_memory(space, catalog, source)
+    cur = space.currency
+    allow_core = _shrink(space, limits, settings)
+    rel = Relaxation([FIELD_OF[n] for n in allow_core], "")
+    parts = []
+    for name in allow_core:
+        parts.append(f"{FIELD_OF[name]} excludes every plan that fits")
+        if name == "gpus":
+            rel.gpus_that_fit = _allowed_gpus(space, limits.without(*[n for n in allow_core if n != "gpus"]), settings)
+            if rel.gpus_that_fit:
+                parts[-1] += f" (GPUs with a plan: {', '.join(rel.gpus_that_fit)})"
+    lim = limits.without(*allow_core)
+    if _feasible(space, objective, lim, settings) is None:
+        has_b, has_d = lim.budget_cents is not None, lim.deadline_s is not None
+        cheap = _feasible(space, Objective.cost, lim.without("budget_cents"), settings) if has_b else None
+        fast = _feasible(space, Objective.time, lim.without("deadline_s"), settings) if has_d else None
+        sc = space.scenario
+        budget = f"{sc.budget.amount:,.2f} {cur}" if has_b and sc.budget else ""
+        deadline = f"{sc.deadline_hours:g} h" if has_d else ""
+        if cheap is not None:
+            rel.binding.append(FIELD_OF["budget_cents"])
+            rel.budget_needed = _money_needed(space, cheap)
+            meets = f" that meets the {deadline} deadline" if has_d else ""
+            parts.append(f"budget too small: the cheapest plan{meets} costs {rel.budget_needed:,.2f} {cur} "
+                         f"(budget {budget}); budget_needed = {rel.budget_needed:.2f}")  # fmt: skip
+        if fast is not None:
+            rel.binding.append(FIELD_OF["deadline_s"])
+            rel.deadline_needed_hours = _hours_needed(space, fast)
+            within = f" within the {budget} budget" if has_b else ""
+            parts.append(f"deadline too short: the fastest plan{within} takes {rel.deadline_needed_hours:g} h "
+                         f"(deadline {deadline}); deadline_needed_hours = {rel.deadline_needed_hours:g}")  # fmt: skip
+        if cheap is not None and fast is not None:
+            parts.append("either change alone makes the scenario feasible")
+        if cheap is None and fast is None:
+            both = _feasible(space, objective, lim.without("budget_cents", "deadline_s"), settings)
+            if both is None:  # cannot happen: the space is not empty and no other limit is left
+                parts.append("no plan meets the constraints")
+            else:
+                rel.binding += [FIELD_OF[n] for n in ("budget_cents", "deadline_s") if getattr(lim, n) is not None]
+                rel.budget_needed = _money_needed(space, both) if has_b else None
+                rel.deadline_needed_hours = _hours_needed(space, both) if has_d else None
+                parts.append(f"budget ({budget}) and deadline ({deadline}) are both too tight for every plan; "
+                             f"the {objective.value}-optimal plan without them costs "
+                             f"{_money_needed(space, both):,.2f} {cur} and takes {_hours_needed(space, both):g} h: "
+                             "raise the budget and extend the deadline to at least these")  # fmt: skip
+    rel.message = "; ".join(parts) or "no plan meets the constraints"
+    return rel

@@ -1,0 +1,208 @@
+"""Cost-versus-time fronts: the exact set of non-dominated plans of a scenario, by epsilon-constraint on CP-SAT.
+
+Definitions. Each candidate i of the pruned space (space.Space.cand) has an integer cost c_i (cents of the report
+currency, rounded up) and time t_i (seconds of wall clock, rounded up), the units the solver works in
+(solver.cents, solver.seconds). Plan i dominates plan j when c_i <= c_j and t_i <= t_j with one strict. The front
+is the set of (c, t) values of the non-dominated plans that meet every user limit (allow-lists, budget, deadline);
+for each value one plan is reported, the solver's deterministic tie-break (rank) choosing among equals.
+
+Method (epsilon-constraint, Haimes et al. 1971; Ehrgott, *Multicriteria Optimization*, 2005, section 4.1):
+    eps_0 = the scenario's deadline (seconds), or none
+    repeat k = 0, 1, ...:
+        (c_k, t_k) = lexicographic min (cost, then time, then rank) subject to the limits and time <= eps_k
+        stop when infeasible; otherwise record point k and set eps_{k+1} = t_k - 1
+Each stage is solver.solve with ``deadline_s = eps_k``, so each point is proven optimal for its bound by CP-SAT.
+Why it is exact: any plan cheaper than c_k has time > eps_k >= t_k, and any plan costing c_k has time >= t_k, so
+(c_k, t_k) is non-dominated; conversely a non-dominated value (c, t) with t_{k+1} < t <= t_k would have been the
+minimum for eps_{k+1} (c < c_{k+1} is impossible after minimising, c >= c_{k+1} makes it dominated), so none is
+skipped. Times strictly decrease, so the loop ends after at most |front| + 1 solves.
+
+Pruning in space.py keeps one plan per (offer, cards): the fastest, which is also the cheapest of its group, so
+it removes no point of the front.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from optimizer.catalog import resolve_model
+from optimizer.planner import Overrides, Relaxation, canonical_allow, prepare, solve_scenario, to_estimate
+from optimizer.schema import Estimate, Objective, Scenario, Status
+from optimizer.solver import Limits, SolverSettings, cents, limits_from, seconds, solve
+from optimizer.space import Space, build
+
+DEFAULT_SETTINGS = SolverSettings()  # CP-SAT defaults: 10 s limit, 1 worker, seed 0
+
+
+@dataclass(frozen=True)
+class FrontPoint:
+    """One non-dominated plan: its candidate index, integer coordinates, status of its epsilon stage."""
+
+    index: int  # into space.cand
+    cost_cents: int  # report currency, rounded up
+    time_s: int  # wall clock, rounded up
+    status: Status  # optimal when CP-SAT proved the stage, feasible when a time limit stopped it
+
+
+@dataclass
+class Front:
+    """The epsilon-constraint front of one space, cheapest first (so slowest first)."""
+
+    points: list[FrontPoint]
+    chosen: int | None  # candidate index of the lexicographic optimum for the scenario's objective
+    solves: int  # CP-SAT stages run
+
+
+def front(space: Space, limits: Limits, objective: Objective, settings: SolverSettings = DEFAULT_SETTINGS) -> Front:
+    """Exact cost/time front of ``space`` under ``limits`` by epsilon-constraint (see module docstring).
+
+    Args:
+        space: the pruned candidates of a scenario.
+        limits: user limits; ``deadline_s`` is the first epsilon bound.
+        objective: the scenario's objective, to mark the plan ``solve`` would choose.
+        settings: CP-SAT parameters for every stage.
+
+    Returns:
+        The front, points ordered by increasing cost (decreasing time).
+    """
+    points: list[FrontPoint] = []
+    eps_s = limits.deadline_s
+    solves = 0
+    while eps_s is None or eps_s >= 0:
+        out = solve(space, Objective.cost, dataclasses.replace(limits, deadline_s=eps_s), settings)
+        solves += 1
+        if out.index is None:
+            break
+        time_s = int(seconds(space.cand.time["hours"][out.index]))
+        points.append(FrontPoint(out.index, int(cents(space.cost_total[out.index])), time_s, out.status))
+        eps_s = time_s - 1
+    if not points:
+        return Front([], None, solves)
+    chosen = solve(space, objective, limits, settings).index
+    return Front(points, chosen, solves + 1)
+
+
+def oracle_front(space: Space, limits: Limits) -> set[tuple[int, int]]:
+    """The (cost_cents, time_s) values of the non-dominated feasible plans, by plain loops (for tests)."""
+    c = space.cand
+    cost_c = cents(space.cost_total)
+    time_s = seconds(c.time["hours"])
+    feasible: list[tuple[int, int]] = []
+    for i in range(len(c)):
+        offer = space.offers[int(c.offer_idx[i])]
+        if limits.gpus is not None and offer.gpu not in limits.gpus:
+            continue
+        if limits.providers is not None and offer.provider.lower() not in limits.providers:
+            continue
+        if limits.max_cards is not None and int(c.cards[i]) > limits.max_cards:
+            continue
+        if limits.max_nodes is not None and int(c.nodes[i]) > limits.max_nodes:
+            continue
+        if limits.budget_cents is not None and int(cost_c[i]) > limits.budget_cents:
+            continue
+        if limits.deadline_s is not None and int(time_s[i]) > limits.deadline_s:
+            continue
+        feasible.append((int(cost_c[i]), int(time_s[i])))
+    return {p for p in feasible if not any(q[0] <= p[0] and q[1] <= p[1] and q != p for q in feasible)}
+
+
+def allowed(space: Space, limits: Limits) -> np.ndarray:
+    """Mask (n_candidates,) of the candidates that pass the allow-lists and the card and node limits.
+
+    These are the limits that are not monotone in (cost, time); budget and deadline are left to the solver.
+    """
+    c = space.cand
+    offers = [space.offers[int(i)] for i in c.offer_idx]
+    mask = np.ones(len(c), dtype=bool)
+    if limits.gpus is not None:
+        mask &= np.array([o.gpu in limits.gpus for o in offers], dtype=bool)
+    if limits.providers is not None:
+        mask &= np.array([o.provider.lower() in limits.providers for o in offers], dtype=bool)
+    if limits.max_cards is not None:
+        mask &= c.cards <= limits.max_cards
+    if limits.max_nodes is not None:
+        mask &= c.nodes <= limits.max_nodes
+    return mask
+
+
+def nondominated(cost_cents: np.ndarray, time_s: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Mask (n,) of the rows of ``mask`` that no other row of ``mask`` strictly dominates (ties are all kept).
+
+    Row j dominates row i when cost_j <= cost_i and time_j <= time_i with one strict; O(n^2) memory, n in the
+    hundreds after space.prune.
+    """
+    idx = np.flatnonzero(mask)
+    c, t = cost_cents[idx], time_s[idx]
+    le = (c[None, :] <= c[:, None]) & (t[None, :] <= t[:, None])
+    lt = (c[None, :] < c[:, None]) | (t[None, :] < t[:, None])
+    out = np.zeros(mask.shape[0], dtype=bool)
+    out[idx[~(le & lt).any(axis=1)]] = True
+    return out
+
+
+def relevant(space: Space, limits: Limits) -> np.ndarray:
+    """Candidates that can be a lexicographic optimum (cost then time, or time then cost) under ``limits``.
+
+    Exact reduction: budget and deadline are monotone (a plan that dominates a feasible plan is feasible), so
+    the optimum over the feasible set F = A n {budget, deadline}, A = :func:`allowed`, is non-dominated within
+    A; ties in (cost, time) are kept, so the solver's rank tie-break picks the same plan as over all candidates.
+    """
+    return nondominated(cents(space.cost_total), seconds(space.cand.time["hours"]), allowed(space, limits))
+
+
+# ------------------------------------------------------------------------------------------------ scenario level
+
+
+@dataclass
+class ParetoResult:
+    """The answer to ``ftopt pareto``: each front point as a full estimate, plus what the axes mean."""
+
+    scenario: Scenario
+    source: str
+    currency: str  # of ``costs`` (the report currency: the budget's, else the offers')
+    estimates: list[Estimate]  # one per point, cheapest first
+    costs: list[float]  # per point, in ``currency``
+    hours: list[float]  # per point
+    chosen: int | None  # position in ``estimates`` of the plan ``solve`` chooses
+    budget: float | None  # in ``currency``
+    deadline_hours: float | None
+    candidates: int
+    solves: int
+    relaxation: Relaxation | None = None  # why there is no plan at all
+
+
+def pareto_scenario(
+    path: str | Path, overrides: Overrides | None = None, settings: SolverSettings = DEFAULT_SETTINGS
+) -> ParetoResult:
+    """Load, build and solve the front of one scenario file; an empty front carries the solve explanation."""
+    sc, catalog, source = prepare(path, overrides)
+    arch = resolve_model(sc, catalog, path)
+    space = build(sc, catalog, arch, source)
+    limits = limits_from(space, canonical_allow(sc, catalog, source))
+    fr = front(space, limits, sc.objective, settings)
+    budget = sc.budget.amount if sc.budget else None
+    if not fr.points:
+        rel = solve_scenario(path, overrides, settings).relaxation
+        return ParetoResult(sc, source, space.currency, [], [], [], None, budget, sc.deadline_hours,
+                            len(space.cand), fr.solves, rel)  # fmt: skip
+    ests = [to_estimate(space, p.index, p.status) for p in fr.points]
+    idx = [p.index for p in fr.points]
+    chosen = idx.index(fr.chosen) if fr.chosen in idx else None
+    return ParetoResult(
+        scenario=sc,
+        source=source,
+        currency=space.currency,
+        estimates=ests,
+        costs=[round(float(space.cost_total[i]), 2) for i in idx],
+        hours=[round(float(space.cand.time["hours"][i]), 6) for i in idx],
+        chosen=chosen,
+        budget=budget,
+        deadline_hours=sc.deadline_hours,
+        candidates=len(space.cand),
+        solves=fr.solves,
+    )
+

@@ -1,0 +1,208 @@
+"""Batch solving: inputs, isolated failures, streamed and resumable results, identical rows for any worker count."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.gen_scenarios import write_scenarios
+from optimizer import batch
+from optimizer.batch import ROW_FIELDS, expand, read_rows, run_batch, solve_row
+from optimizer.errors import InputError
+from optimizer.planner import solve_scenario
+
+from .conftest import REPO
+
+SCENARIOS = REPO / "scenarios"
+
+
+@pytest.fixture
+def folder(tmp_path: Path, write_scenario) -> Path:
+    """Four good scenarios (two shipped, two variants of the base one) and two broken files."""
+    shutil.copy(SCENARIOS / "7b-qlora.yaml", tmp_path / "a-7b-qlora.yaml")
+    shutil.copy(SCENARIOS / "70b.yaml", tmp_path / "b-70b.yaml")
+    write_scenario("c-base.yaml")
+    write_scenario("d-tight.yaml", budget={"amount": 0.5, "currency": "USD"})
+    write_scenario("e-unknown-model.yaml", model="Llama-9-1T")
+    (tmp_path / "f-not-yaml.yaml").write_text("model: [unclosed\n")
+    return tmp_path
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+
+def test_expand_takes_files_folders_and_globs_once_each(folder: Path):
+    paths = expand([str(folder / "a-7b-qlora.yaml"), str(folder), str(folder / "b-*.yaml")])
+    assert len(paths) == 6
+    assert paths[0].endswith("a-7b-qlora.yaml")
+
+
+def test_expand_rejects_an_input_that_names_no_scenario(tmp_path: Path):
+    with pytest.raises(InputError, match=r"^.*nothing\.yaml: no scenario file"):
+        expand([str(tmp_path / "nothing.yaml")])
+
+
+# ------------------------------------------------------------------------------------------------ rows
+
+
+def test_row_has_every_field_and_matches_solve():
+    row = solve_row(str(SCENARIOS / "70b.yaml"))
+    best = solve_scenario(SCENARIOS / "70b.yaml").best
+    assert tuple(row) == ROW_FIELDS
+    assert (row["status"], row["gpu"], row["cards"], row["tp"], row["zero_stage"], row["micro_batch"]) == (
+        best.status.value,
+        best.plan.gpu,
+        best.plan.cards,
+        best.plan.tp,
+        best.plan.zero_stage,
+        best.plan.micro_batch,
+    )
+    assert row["error"] is None
+
+
+def test_infeasible_row_carries_the_explanation(folder: Path):
+    row = solve_row(str(folder / "d-tight.yaml"))
+    assert row["status"] == "infeasible" and row["gpu"] is None
+    assert row["error"].startswith("budget too small")
+
+
+def test_user_error_becomes_an_error_row_with_its_one_line_message(folder: Path):
+    row = solve_row(str(folder / "e-unknown-model.yaml"))
+    assert row["status"] == "error" and "Llama-9-1T" in row["error"] and "\n" not in row["error"]
+
+
+def test_unexpected_exception_becomes_an_error_row(folder: Path, monkeypatch):
+    def boom(*args, **kwargs):
+        raise RuntimeError("simulated bug\nwith a second line")
+
+    monkeypatch.setattr(batch, "build", boom)
+    row = solve_row(str(folder / "c-base.yaml"))
+    assert row["status"] == "error"
+    assert row["error"] == "unexpected RuntimeError: simulated bug with a second line"
+
+
+# ------------------------------------------------------------------------------------------------ the batch
+
+
+def test_batch_reports_broken_files_and_solves_all_the_others(folder: Path):
+    out = folder / "out" / "results.jsonl"
+    summary = run_batch(expand([str(folder)]), out, workers=2)
+    rows = _lines(out)
+    assert [Path(r["scenario"]).name for r in rows] == sorted(p.name for p in folder.glob("*.yaml"))
+    assert summary.counts == {"optimal": 3, "feasible": 0, "infeasible": 1, "error": 2}
+    assert {Path(r["scenario"]).name for r in summary.errors} == {"e-unknown-model.yaml", "f-not-yaml.yaml"}
+
+
+def test_rows_are_identical_for_one_and_two_workers(tmp_path: Path):
+    paths = [str(p) for p in write_scenarios(12, tmp_path / "s", seed=3)]
+    run_batch(paths, tmp_path / "w1.jsonl", workers=1)
+    run_batch(paths, tmp_path / "w2.jsonl", workers=2)
+    assert (tmp_path / "w1.jsonl").read_bytes() == (tmp_path / "w2.jsonl").read_bytes()
+
+
+def test_rerun_skips_scenarios_already_in_the_output(folder: Path):
+    out = folder / "results.jsonl"
+    paths = expand([str(folder / "a-7b-qlora.yaml"), str(folder / "c-base.yaml")])
+    run_batch(paths[:1], out, workers=1)
+    summary = run_batch(paths, out, workers=1)
+    assert (summary.skipped, summary.solved) == (1, 1)
+    assert len(_lines(out)) == 2
+
+
+def test_rerun_retries_error_rows_and_keeps_one_row_per_scenario(folder: Path, write_scenario):
+    out = folder / "results.jsonl"
+    paths = expand([str(folder / "e-unknown-model.yaml")])
+    run_batch(paths, out, workers=1)
+    write_scenario("e-unknown-model.yaml")  # the user fixes the file
+    summary = run_batch(paths, out, workers=1)
+    assert summary.solved == 1
+    assert [r["status"] for r in _lines(out)] == ["optimal"]
+
+
+def test_partial_last_line_is_dropped_and_its_scenario_solved_again(folder: Path):
+    out = folder / "results.jsonl"
+    paths = expand([str(folder / "a-7b-qlora.yaml"), str(folder / "c-base.yaml")])
+    run_batch(paths, out, workers=1)
+    text = out.read_text()
+    out.write_text(text[: text.index("\n") + 1] + text[text.index("\n") + 1 :][:40])  # second row cut mid-write
+    summary = run_batch(paths, out, workers=1)
+    assert (summary.skipped, summary.solved) == (1, 1)
+    assert len(_lines(out)) == 2
+
+
+def test_interrupted_batch_keeps_finished_rows_and_resumes_without_redoing_them(tmp_path: Path):
+    paths = [str(p) for p in write_scenarios(6, tmp_path / "s", seed=1)]
+    out = tmp_path / "results.jsonl"
+    seen: list[str] = []
+
+    def interrupt_after_two(row):
+        seen.append(row["scenario"])
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    first = run_batch(paths, out, workers=2, on_row=interrupt_after_two)
+    assert first.interrupted and first.solved == 2
+    assert sorted(r["scenario"] for r in _lines(out)) == sorted(seen)
+    second = run_batch(paths, out, workers=2)
+    assert (second.skipped, second.solved) == (2, 4)
+    assert [r["scenario"] for r in _lines(out)] == sorted(paths)
+
+
+def test_csv_output_has_the_header_and_resumes(folder: Path):
+    out = folder / "results.csv"
+    paths = expand([str(folder / "a-7b-qlora.yaml"), str(folder / "e-unknown-model.yaml")])
+    run_batch(paths[:1], out, workers=1)
+    summary = run_batch(paths, out, workers=1)
+    lines = out.read_text().splitlines()
+    assert lines[0] == ",".join(ROW_FIELDS)
+    assert summary.skipped == 1 and len(lines) == 3
+    assert [r["status"] for r in read_rows(out)] == ["optimal", "error"]
+
+
+def test_unknown_output_format_is_a_user_error(folder: Path):
+    with pytest.raises(InputError, match=r"use a \.jsonl or \.csv file"):
+        run_batch([str(folder / "c-base.yaml")], folder / "results.txt")
+
+
+def test_ray_backend_without_ray_is_a_one_line_error(folder: Path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(InputError, match=r"^--backend: ray: Ray is not installed"):
+        run_batch([str(folder / "c-base.yaml"), str(folder / "a-7b-qlora.yaml")], backend=batch.Backend.ray)
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def test_batch_cli_streams_rows_and_prints_a_summary_with_errors(run_cli, folder: Path):
+    out = folder / "results.jsonl"
+    res = run_cli("batch", folder, "-o", out, "--workers", "2")
+    assert res.exit_code == 0, res.output
+    assert len(_lines(out)) == 6
+    assert "6 scenarios (3 optimal, 1 infeasible, 2 error)" in " ".join(res.stderr.split())
+    assert "e-unknown-model.yaml" in res.stderr
+
+
+def test_batch_cli_without_output_prints_a_table(run_cli, folder: Path):
+    res = run_cli("batch", folder / "a-7b-qlora.yaml")
+    assert res.exit_code == 0, res.output
+    assert "Batch results" in res.stdout and "optimal" in res.stdout
+
+
+def test_batch_cli_rejects_a_missing_input_in_one_line(run_cli, tmp_path: Path):
+    res = run_cli("batch", tmp_path / "missing.yaml", "-o", tmp_path / "r.jsonl")
+    assert res.exit_code == 2
+    assert res.stderr.count("\n") == 1 and "no scenario file" in res.stderr
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_batch_help_ends_with_examples(run_cli):
+    res = run_cli("batch", "--help")
+    assert "Examples:" in res.stdout and "ftopt batch scenarios/ -o results.jsonl" in res.stdout

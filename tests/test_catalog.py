@@ -1,0 +1,97 @@
+"""The built-in catalogs are complete and consistent: sources, dates, ids, aliases, parameter counts, rates."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from datetime import date
+
+import pytest
+import yaml
+
+from optimizer.catalog import CATALOG_DIR, default_offer_files
+from optimizer.schema import Gpu, Offer
+
+OFFER_FILES = default_offer_files()
+
+
+def _raw_offers() -> list[dict]:
+    return [o for f in OFFER_FILES for o in yaml.safe_load(f.read_text(encoding="utf-8"))["offers"]]
+
+
+def test_catalog_has_at_least_16_gpus_and_10_models(catalog):
+    assert len(catalog.gpus) >= 16
+    assert len(catalog.models) >= 10
+
+
+def test_every_gpu_has_a_source_and_a_date(catalog):
+    for gpu in catalog.gpus.values():
+        assert len(gpu.source.strip()) >= 10, gpu.id
+        assert date(2015, 1, 1) <= gpu.as_of <= date(2030, 1, 1), gpu.id
+
+
+def test_every_price_has_a_source_and_a_date(catalog):
+    for offer in catalog.offers:
+        for term, price in offer.prices.items():
+            assert len(price.source.strip()) >= 10, (offer.id, term)
+            assert date(2015, 1, 1) <= price.as_of <= date(2030, 1, 1), (offer.id, term)
+
+
+def test_every_offer_names_a_canonical_gpu_id(catalog):
+    for raw in _raw_offers():
+        assert raw["gpu"] in catalog.gpus, f"offer {raw['id']}: gpu '{raw['gpu']}' is not a gpus.yaml id"
+
+
+def test_every_catalog_file_declares_its_schema_version():
+    for path in [CATALOG_DIR / "gpus.yaml", CATALOG_DIR / "models.yaml", CATALOG_DIR / "fx.yaml", *OFFER_FILES]:
+        assert yaml.safe_load(path.read_text(encoding="utf-8"))["schema_version"] == 1, path.name
+
+
+def test_gpu_ids_and_aliases_are_unique_ignoring_case(catalog):
+    names = [n for g in catalog.gpus.values() for n in {x.lower() for x in [g.id, *g.aliases]}]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    assert duplicates == []
+
+
+def test_offer_ids_are_unique(catalog):
+    ids = [o["id"] for o in _raw_offers()]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize("name", ["Llama-2-7B", "Llama-3.1-8B", "Llama-3.1-70B", "Qwen2.5-72B", "Mixtral-8x7B"])
+def test_the_parameter_formula_matches_the_published_count(catalog, name):
+    model = catalog.model(name)
+    assert model.params is not None
+    assert model.model_copy(update={"params": None}).total_params == model.params
+
+
+def test_the_parameter_formula_matches_every_catalog_model(catalog):
+    wrong = {m.name: (m.params, m.model_copy(update={"params": None}).total_params) for m in catalog.models.values()
+             if m.params is not None and m.model_copy(update={"params": None}).total_params != m.params}  # fmt: skip
+    assert wrong == {}
+
+
+def test_every_model_has_a_source(catalog):
+    assert [m.name for m in catalog.models.values() if not (m.source or "").strip()] == []
+
+
+def test_exchange_rates_connect_every_currency_used(catalog):
+    currencies = sorted({o.currency for o in catalog.offers})
+    assert len(currencies) >= 2  # one CNY and one USD catalog (issue 2)
+    missing = [(a, b) for a, b in itertools.permutations(currencies, 2) if catalog.rate(a, b) is None]
+    assert missing == []
+
+
+def test_inverse_exchange_rates_multiply_to_one(catalog):
+    assert catalog.rate("USD", "CNY").rate * catalog.rate("CNY", "USD").rate == pytest.approx(1.0)
+
+
+def test_multi_node_offers_state_their_network(catalog):
+    assert [o.id for o in catalog.offers if o.max_nodes > 1 and not o.inter_node_gb_per_s] == []
+
+
+@pytest.mark.parametrize("model", [Gpu, Offer], ids=["gpus", "offers"])
+def test_catalog_readme_documents_every_field(model):
+    readme = (CATALOG_DIR / "README.md").read_text(encoding="utf-8")
+    undocumented = [f for f in model.model_fields if f != "currency" and not re.search(rf"`{f}`", readme)]
+    assert undocumented == []

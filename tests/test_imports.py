@@ -1,0 +1,84 @@
+"""Every module imports alone, and imports flow one way (DESIGN.md section 1, STYLE.md rule 2).
+
+schema <- catalog <- memory/timing/cost <- space <- solver <- (explain <-) planner/pareto/batch <- report <- cli. The
+validator stands beside the solver: it may use the models and space's hardware rows, never the solver or planner.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "optimizer"
+MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+
+LAYER = {  # a module may import only modules of a lower layer (or, listed in SAME_LAYER, of its own)
+    "errors": 0, "schema": 0,
+    "yamlio": 1, "configs": 1,
+    "catalog": 2,
+    "memory": 3, "timing": 3, "cost": 3,
+    "space": 4,
+    "solver": 5, "validator": 5,
+    "explain": 6,
+    "planner": 7,
+    "pareto": 8, "batch": 8,
+    "report": 9,
+    "cli": 10,
+}  # fmt: skip
+SAME_LAYER = {("timing", "memory"), ("batch", "pareto")}
+TERMINAL = {"click", "rich"}  # user-interface libraries: report and cli only
+
+
+def _imports(module: str) -> set[str]:
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "optimizer":
+                found |= {f"optimizer.{a.name}" for a in node.names}
+            else:
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return found
+
+
+def _internal(module: str) -> set[str]:
+    return {m.split(".")[1] for m in _imports(module) if m.startswith("optimizer.")}
+
+
+def test_every_module_has_a_layer():
+    assert sorted(set(MODULES) - set(LAYER)) == []
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_module_imports_in_a_fresh_interpreter(module):
+    done = subprocess.run([sys.executable, "-c", f"import optimizer.{module}"], capture_output=True, text=True,
+                          cwd=PACKAGE.parent, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_imports_flow_one_way(module):
+    against = sorted(
+        dep for dep in _internal(module)
+        if LAYER[dep] > LAYER[module] or (LAYER[dep] == LAYER[module] and (module, dep) not in SAME_LAYER)
+    )  # fmt: skip
+    assert against == [], f"optimizer.{module} (layer {LAYER[module]}) imports {against}"
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if LAYER.get(m, 99) < LAYER["report"]])
+def test_nothing_below_report_uses_the_terminal(module):
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
+    ui = sorted(m for m in _imports(module) if m.split(".")[0] in TERMINAL)
+    prints = [n.lineno for n in ast.walk(tree)
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"]  # fmt: skip
+    assert (ui, prints) == ([], [])
+
+
+def test_the_validator_does_not_use_the_solver():
+    assert _internal("validator") & {"solver", "planner", "pareto", "batch"} == set()

@@ -1,0 +1,190 @@
+"""Each memory component against a number computed by hand (comments show the arithmetic).
+
+Sources of the formulas: optimizer/memory.py docstrings, ../shared/reference/formulas.md Part I. Tolerances: exact
+(int64 bytes, ceil) unless stated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optimizer import memory
+from tests.memory_builders import LLAMA2_7B, LLAMA31_8B, LLAMA32_3B, cfg, consts, job
+
+P7 = LLAMA2_7B.total_params  # 6,738,415,616
+
+
+def _one(fn, j, c) -> int:
+    return int(fn(j, c, consts())[0])
+
+
+def test_lora_params_llama31_8b_rank16_all_linear_is_41_94m():
+    # formulas.md section 5: 41.94M, the published figure
+    j = job(arch=LLAMA31_8B, method="lora", rank=16, targets=["all-linear"])
+    assert memory.lora_params(j) == 41_943_040
+
+
+def test_lora_params_llama32_3b_rank32_qv_matches_peft():
+    # formulas.md section 5: PEFT's num_trainable_params = 9,175,040
+    j = job(arch=LLAMA32_3B, method="lora", rank=32, targets=["q_proj", "v_proj"])
+    assert memory.lora_params(j) == 9_175_040
+
+
+def test_hf_single_gpu_full_finetune_states_are_18_bytes_per_param():
+    # HF AMP: 6 (fp32 + autocast copy) + 4 grads + 8 Adam = 18 B/param (LLaMA-Factory "Full = 18x GB")
+    j, c = job(framework="hf"), cfg(grad_accum=2)
+    states = sum(_one(f, j, c) for f in (memory.weight_bytes, memory.gradient_bytes, memory.optimizer_bytes))
+    assert states == 18 * P7
+
+
+def test_torchtune_pure_bf16_full_finetune_states_are_8_bytes_per_param():
+    # 2 weights + 2 grads + 4 bf16 AdamW (LLaMA-Factory "pure_bf16 = 8x GB"; torchtune memory_optimizations.rst)
+    j, c = job(framework="torchtune"), cfg(grad_accum=2)
+    states = sum(_one(f, j, c) for f in (memory.weight_bytes, memory.gradient_bytes, memory.optimizer_bytes))
+    assert states == 8 * P7
+
+
+def test_eight_bit_adamw_keeps_two_bytes_of_moments_per_param():
+    j = job(framework="torchtune")
+    assert _one(memory.optimizer_bytes, j, cfg(optimizer="adamw_8bit")) == 2 * P7
+
+
+def test_qlora_base_uses_nf4_for_block_linears_and_16_bits_elsewhere():
+    # torchtune: P_lin x 0.5157 + (P - P_lin) x 2 + adapters x 2
+    j = job(arch=LLAMA2_7B, method="qlora", framework="torchtune", rank=8, targets=["q_proj", "v_proj"])
+    p_lin = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)  # 6,476,005,376
+    adapters = 8 * 32 * (2 * (4096 + 4096))  # 4,194,304
+    expected = np.ceil(p_lin * 0.5157 + (P7 - p_lin) * 2 + adapters * 2)
+    assert _one(memory.weight_bytes, j, cfg()) == int(expected)
+
+
+def test_peft_kbit_training_keeps_non_quantised_params_in_fp32():
+    # hf plain profile: kbit_nonlinear_bytes 4 (prepare_model_for_kbit_training), so 2 bytes more per such param
+    tt = job(method="qlora", framework="torchtune", rank=8)
+    hf = job(method="qlora", framework="hf", rank=8)
+    p_nonlin = P7 - memory.linear_params(hf)
+    adapters = memory.lora_params(hf)
+    diff = _one(memory.weight_bytes, hf, cfg()) - _one(memory.weight_bytes, tt, cfg())
+    assert diff == pytest.approx(2 * p_nonlin + 2 * adapters, abs=2)
+
+
+def test_activation_bytes_per_token_layer_eager_full_llama2_7b():
+    # frozen 12h + 4h_kv + 6I + 4a, trainable extra 10h + 2I: 22*4096 + 4*4096 + 8*11008 + 4*32 = 194,688
+    j = job(framework="hf", method="full")
+    assert float(memory.activation_bytes_per_token_layer(j, cfg(), consts())[0]) == 194_688
+
+
+def test_lora_activations_save_only_adapted_inputs():
+    # q,v adapters share one input: frozen 12h + 4h_kv + 6I + 4a + 2h = 14*4096 + 4*4096 + 6*11008 + 128 = 139,904
+    j = job(framework="hf", method="lora", targets=["q_proj", "v_proj"])
+    assert float(memory.activation_bytes_per_token_layer(j, cfg(), consts())[0]) == 139_904
+
+
+def test_eager_attention_adds_six_bytes_per_head_per_token_of_context():
+    flash = job(attention="flash", seq_len=1024)
+    eager = job(attention="eager", seq_len=1024)
+    diff = memory.activation_bytes_per_token_layer(eager, cfg(), consts()) - memory.activation_bytes_per_token_layer(
+        flash, cfg(), consts()
+    )
+    assert float(diff[0]) == 6 * 32 * 1024
+
+
+def test_full_checkpointing_keeps_layer_inputs_plus_one_layer():
+    # T = 2048: T x (2h x L + c_layer) = 2048 x (8192 x 32 + 194,688) = 935,591,936
+    j = job(framework="hf", method="full", seq_len=2048)
+    assert _one(memory.activation_bytes, j, cfg(checkpointing="full")) == 2048 * (8192 * 32 + 194_688)
+
+
+def test_no_checkpointing_keeps_every_layer():
+    j = job(framework="hf", method="full", seq_len=2048)
+    assert _one(memory.activation_bytes, j, cfg(checkpointing="none")) == 2048 * 32 * 194_688
+
+
+def test_selective_checkpointing_sits_between_full_and_none():
+    j = job(framework="hf", method="full", seq_len=4096)
+    a = [_one(memory.activation_bytes, j, cfg(checkpointing=ck)) for ck in ("full", "selective", "none")]
+    assert a[0] < a[1] < a[2]
+
+
+def test_standard_loss_logits_are_tokens_times_vocab_times_calibrated_bytes():
+    # hf default loss standard: T x V x c = 2 x 2048 x 32000 x c_standard
+    j = job(framework="hf", seq_len=2048)
+    c = consts()["logits_bytes_per_vocab_token"]["standard"]
+    assert _one(memory.logits_bytes, j, cfg(micro_batch=2)) == int(np.ceil(2 * 2048 * 32000 * c))
+
+
+def test_chunked_loss_is_cheaper_than_standard():
+    std = job(framework="torchtune", loss="standard")
+    chunked = job(framework="torchtune", loss="chunked")
+    assert _one(memory.logits_bytes, chunked, cfg()) < _one(memory.logits_bytes, std, cfg())
+
+
+def test_tensor_parallel_halves_weights_and_activations():
+    j = job(framework="nemo")
+    for fn in (memory.weight_bytes, memory.activation_bytes):
+        assert _one(fn, j, cfg(tp=2)) == pytest.approx(_one(fn, j, cfg(tp=1)) / 2, abs=1)
+
+
+def test_deepspeed_optimizer_offload_moves_fp32_gradient_partitions_to_cpu():
+    j = job(framework="hf", sharding="deepspeed")
+    assert _one(memory.gradient_bytes, j, cfg(zero=3, dp=8, offload="optimizer")) == 0
+    assert _one(memory.gradient_bytes, j, cfg(zero=3, dp=8, offload="none")) == int(np.ceil(4 * P7 / 8))
+
+
+def test_fsdp_zero3_shards_fp32_weights_over_dp():
+    j = job(framework="hf", sharding="fsdp")
+    assert _one(memory.weight_bytes, j, cfg(zero=3, dp=8)) == int(np.ceil(4 * P7 / 8))
+
+
+def test_gradients_freed_each_step_overlap_with_activations():
+    # GA = 1 on one GPU: peak W + O + max(A + LOG, G), so gradients report max(0, G - A - LOG)
+    j = job(framework="hf", seq_len=512)
+    c = cfg(grad_accum=1, checkpointing="full")
+    parts = memory.breakdown(j, c, consts())
+    g = _one(memory.gradient_bytes, j, c)
+    assert int(parts["gradients"][0]) == max(0, g - int(parts["activations"][0]) - int(parts["logits"][0]))
+
+
+def test_gradient_accumulation_keeps_all_gradients():
+    j = job(framework="hf", seq_len=512)
+    c = cfg(grad_accum=4, checkpointing="full")
+    assert int(memory.breakdown(j, c, consts())["gradients"][0]) == _one(memory.gradient_bytes, j, c)
+
+
+def test_total_is_the_sum_of_the_reported_components():
+    j = job(method="lora", framework="hf")
+    parts = memory.breakdown(j, cfg(n=3, zero=[0, 2, 3], dp=[1, 2, 4]), consts())
+    assert np.array_equal(parts["total"], sum(parts[k] for k in memory.COMPONENTS))
+
+
+def test_overhead_contains_context_and_fragmentation():
+    parts = memory.breakdown(job(), cfg(), consts())
+    assert parts["overhead"][0] >= parts["context"][0] + parts["fragmentation"][0]
+
+
+def test_counters_differ_by_context_and_fragmentation():
+    parts = memory.breakdown(job(), cfg(), consts())
+    smi, res, alloc = (int(memory.peak_for_metric(parts, m)[0]) for m in ("nvidia-smi", "reserved", "allocated"))
+    assert (smi - res, res - alloc) == (int(parts["context"][0]), int(parts["fragmentation"][0]))
+
+
+def test_unknown_metric_is_rejected():
+    with pytest.raises(ValueError, match="metric must be one of"):
+        memory.peak_for_metric(memory.breakdown(job(), cfg(), consts()), "smi")
+
+
+def test_vectorised_breakdown_equals_a_loop_of_scalar_calls():
+    j = job(method="qlora", framework="hf", sharding="fsdp", rank=16)
+    rows = dict(tp=[1, 2, 1, 4], dp=[1, 2, 8, 2], zero=[0, 3, 3, 2], micro_batch=[1, 2, 4, 8],
+                grad_accum=[1, 4, 1, 2])  # fmt: skip
+    vec = memory.breakdown(j, cfg(n=4, **rows), consts())
+    for i in range(4):
+        one = memory.breakdown(j, cfg(**{k: v[i] for k, v in rows.items()}), consts())
+        assert {k: int(v[i]) for k, v in vec.items()} == {k: int(v[0]) for k, v in one.items()}
+
+
+def test_offload_needs_host_memory_and_none_needs_none():
+    j = job()
+    assert _one(memory.cpu_offload_bytes, j, cfg(zero=3, dp=8, offload="all")) > 0
+    assert _one(memory.cpu_offload_bytes, j, cfg(zero=3, dp=8, offload="none")) == 0

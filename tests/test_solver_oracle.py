@@ -1,0 +1,386 @@
+"""The CP-SAT solver agrees with an exhaustive oracle on random small instances (DESIGN.md section 5, step 4).
+
+The oracle walks the same discrete space with plain Python loops (offer, cards, tp, ZeRO/offload, micro-batch,
+checkpointing), evaluates each configuration with one-row calls of the pure models, bills it with cost.bill,
+applies the fit, the allow-lists, the budget and the deadline, and takes the lexicographic minimum of
+(cents, seconds) or (seconds, cents). The solver (space.build + solver.solve) must reach the same optimal value,
+or agree that nothing is feasible; every plan it returns must also pass the validator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from optimizer import cost, memory, space, timing
+from optimizer.catalog import Catalog, load_catalog
+from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, column
+from optimizer.planner import prepare, solve_scenario, to_estimate
+from optimizer.schema import Checkpointing, ModelArch, Offer, Offload, Precision, Scenario, Status
+from optimizer.solver import cents, limits_from, seconds, solve
+from optimizer.validator import check_plan, hardware_of, job_of
+
+from .conftest import scenario_doc
+
+N_INSTANCES = 200
+TP_CHOICES = (1, 2, 4, 8)  # the space's tensor-parallel degrees
+MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+ZERO_OFFLOAD = [(0, Offload.none), (1, Offload.none), (1, Offload.optimizer), (2, Offload.none),
+                (2, Offload.optimizer), (3, Offload.none), (3, Offload.optimizer), (3, Offload.all)]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Point:
+    """One evaluated configuration of the oracle: what the constraints and the objective look at."""
+
+    offer: Offer
+    cards: int
+    nodes: int
+    cents: int
+    seconds: int
+
+
+@dataclass
+class Instance:
+    """A random scenario over a small catalog, with what the oracle and the solver concluded."""
+
+    scenario: Scenario
+    catalog: Catalog
+    arch: ModelArch
+    oracle: tuple[int, int] | None = None
+    solver: tuple[int, int] | None = None
+    violations: list[str] = dataclasses.field(default_factory=list)
+
+
+@functools.cache
+def _catalog() -> Catalog:
+    return load_catalog()
+
+
+# ------------------------------------------------------------------------------------------------ random instances
+
+
+def _arch(rng: random.Random, catalog: Catalog) -> ModelArch | str:
+    if rng.random() < 0.4:
+        return rng.choice(sorted(m.name for m in catalog.models.values()))
+    heads = rng.choice([4, 8, 16, 32])
+    return ModelArch(name="tiny", layers=rng.randint(2, 24), hidden=heads * rng.choice([32, 64, 128]),
+                     intermediate=rng.choice([512, 1024, 4096, 11008]), heads=heads,
+                     kv_heads=rng.choice([k for k in (1, 2, 4, 8, 16, 32) if heads % k == 0]),
+                     vocab=rng.choice([1000, 32000, 128256]), tied_embeddings=rng.random() < 0.3)  # fmt: skip
+
+
+def _pins(rng: random.Random) -> dict[str, Any]:
+    pins: dict[str, Any] = {}
+    if rng.random() < 0.5:
+        pins["checkpointing"] = rng.choice(list(Checkpointing)).value
+    if rng.random() < 0.2:
+        pins["zero_stage"] = rng.randint(0, 3)
+    elif rng.random() < 0.1:
+        pins["offload"] = rng.choice(list(Offload)).value
+    if rng.random() < 0.15:
+        pins["micro_batch"] = rng.choice([1, 2, 4])
+    if rng.random() < 0.1:
+        pins["tp"] = rng.choice([1, 2])
+    return pins
+
+
+def _small_catalog(rng: random.Random, catalog: Catalog) -> Catalog:
+    """2-4 offers, at most 2 nodes each (keeps the exhaustive loop small)."""
+    chosen = rng.sample(catalog.offers, rng.randint(2, 4))
+    offers = [o.model_copy(update={"max_nodes": min(o.max_nodes, 2)}) for o in chosen]
+    return dataclasses.replace(catalog, offers=offers)
+
+
+def _allow(rng: random.Random, cat: Catalog) -> dict[str, Any]:
+    allow: dict[str, Any] = {}
+    gpus = sorted({o.gpu for o in cat.offers})
+    if rng.random() < 0.3:
+        allow["gpus"] = rng.sample(gpus, rng.randint(1, len(gpus)))
+    if rng.random() < 0.1:
+        allow["providers"] = [rng.choice(cat.offers).provider]
+    if rng.random() < 0.2:
+        allow["max_cards"] = rng.choice([1, 2, 4, 8])
+    if rng.random() < 0.1:
+        allow["max_nodes"] = 1
+    return allow
+
+
+def make_instance(seed: int) -> Instance:
+    """A random scenario (model, method, software, sizes, pins, allow-lists, objective) over a small catalog."""
+    rng = random.Random(seed)
+    catalog = _catalog()
+    cat = _small_catalog(rng, catalog)
+    model = _arch(rng, catalog)
+    method = rng.choice(["full", "lora", "qlora"])
+    doc = scenario_doc(
+        name=f"oracle-{seed}", model=model.model_dump(exclude_none=True) if isinstance(model, ModelArch) else model,
+        method=method, lora={"rank": rng.choice([8, 16, 64])} if method != "full" else None,
+        data={"tokens": float(10 ** rng.uniform(6.0, 9.5))}, seq_len=rng.choice([256, 1024, 2048, 4096]),
+        global_batch=rng.choice([1, 2, 4, 8, 16]), objective=rng.choice(["cost", "time"]),
+        training={"framework": rng.choice(["hf", "hf", "torchtune", "nemo"]),
+                  "sharding": rng.choice(["deepspeed", "fsdp"]), "optimizer": rng.choice(["adamw", "adamw_8bit"]),
+                  "attention": rng.choice(["flash", "sdpa", "eager"])},
+        plan=_pins(rng), allow=_allow(rng, cat), headroom=rng.choice([0.0, 0.05, 0.1]),
+    )  # fmt: skip
+    if rng.random() < 0.5:
+        doc["budget"] = {"amount": 1.0, "currency": rng.choice(["USD", "CNY"])}  # amount drawn after the oracle
+    sc = Scenario.model_validate(doc)
+    arch = model if isinstance(model, ModelArch) else catalog.model(model)
+    return Instance(sc, cat, arch)
+
+
+# ------------------------------------------------------------------------------------------------ the oracle
+
+
+def _card_counts(offer: Offer) -> list[int]:
+    per_node = offer.cards_per_node
+    counts = {c for c in (1, 2, 4, 8, 16, 32, 64) if c <= per_node} | {per_node}
+    counts |= {per_node * n for n in range(2, offer.max_nodes + 1) if n & (n - 1) == 0 or n == offer.max_nodes}
+    return sorted(counts)
+
+
+def _tp_limit(offer: Offer, catalog: Catalog) -> int:
+    gpu = catalog.gpus[offer.gpu]
+    return min(gpu.nvlink_domain, offer.cards_per_node) if offer.nvlink and gpu.nvlink_gb_per_s > 0 else 1
+
+
+def _allowed(value: Any, pin: Any) -> bool:
+    return pin is None or str(value) == str(pin)
+
+
+def _configs(sc: Scenario, arch: ModelArch, offer: Offer, catalog: Catalog):
+    """Every (cards, nodes, tp, dp, zero, offload, micro_batch, checkpointing) of one offer, plain loops."""
+    pins, gb = sc.plan, sc.global_batch
+    for cards in _card_counts(offer):
+        nodes = -(-cards // offer.cards_per_node)
+        for tp in TP_CHOICES:
+            if not _allowed(tp, pins.tp) or (pins.tp is None and tp > _tp_limit(offer, catalog)):
+                continue  # a pinned tp is the user's choice, even beyond the NVLink domain (as space.layouts does)
+            if arch.heads % tp or arch.kv_heads % tp or cards % tp or gb % (cards // tp):
+                continue
+            dp = cards // tp
+            for zero, off in ZERO_OFFLOAD:
+                if not (_allowed(zero, pins.zero_stage) and _allowed(off.value, pins.offload)):
+                    continue
+                for mb in MICRO_BATCHES:
+                    if (gb // dp) % mb or not _allowed(mb, pins.micro_batch):
+                        continue
+                    for ck in Checkpointing:
+                        if _allowed(ck.value, pins.checkpointing):
+                            yield cards, nodes, tp, dp, zero, off, mb, ck
+
+
+def _one_row(sc: Scenario, tp: int, dp: int, zero: int, off: Offload, mb: int, ck: Checkpointing,
+             prec: Precision) -> Configs:  # fmt: skip
+    return Configs(tp=column(tp), pp=column(1), dp=column(dp), zero_stage=column(zero),
+                   offload=column(OFFLOAD.index(off)), micro_batch=column(mb),
+                   grad_accum=column(sc.global_batch // (dp * mb)), checkpointing=column(CHECKPOINTING.index(ck)),
+                   precision=column(PRECISION.index(prec)),
+                   optimizer=column(OPTIMIZER.index(sc.training.optimizer)))  # fmt: skip
+
+
+def _stacked(rows: list[Any]) -> Any:
+    """One Configs (or Hardware) of n rows from n one-row ones."""
+    columns = {f.name: np.concatenate([getattr(r, f.name) for r in rows]) for f in dataclasses.fields(rows[0])}
+    return type(rows[0])(**columns)
+
+
+def _evaluate(job: Any, cfgs: list[Configs], hws: list[Any], cal: dict[str, Any], scalar: bool) -> tuple[list, list]:
+    """Per-GPU memory total and hours of each row: one-row calls (scalar) or one call over the stacked rows."""
+    if not cfgs:
+        return [], []
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if scalar:
+            mem = [int(memory.breakdown(job, c, cal["memory"])["total"][0]) for c in cfgs]
+            hours = [
+                float(timing.job_time(job, c, h, cal["timing"])["hours"][0]) for c, h in zip(cfgs, hws, strict=True)
+            ]
+            return mem, hours
+        cfg, hw = _stacked(cfgs), _stacked(hws)
+        return memory.breakdown(job, cfg, cal["memory"])["total"].tolist(), timing.job_time(
+            job, cfg, hw, cal["timing"])["hours"].tolist()  # fmt: skip
+
+
+def oracle_points(sc: Scenario, catalog: Catalog, arch: ModelArch, currency: str, scalar: bool = False) -> list[Point]:
+    """Every configuration that fits in memory, with its cost in cents of ``currency`` and its time in seconds.
+
+    The configurations come from plain loops; ``scalar`` evaluates each with one-row calls of the models, else
+    the rows are stacked and evaluated in one call: the same functions, and two tests check that both ways agree
+    (test_vectorised_models_equal_a_loop_of_one_row_calls per row, test_scalar_oracle_agrees per instance).
+    """
+    job = job_of(sc, arch)
+    cal = catalog.calibration
+    rows: list[tuple[Offer, int, int]] = []
+    cfgs: list[Configs] = []
+    hws: list[Any] = []
+    for offer in catalog.offers:
+        gpu = catalog.gpus[offer.gpu]
+        prec = Precision.bf16 if gpu.native_bf16 else Precision.fp16
+        hw_cache: dict[tuple[int, int], Any] = {}
+        for cards, nodes, tp, dp, zero, off, mb, ck in _configs(sc, arch, offer, catalog):
+            if nodes > offer.max_nodes:
+                continue
+            if (cards, nodes) not in hw_cache:
+                hw_cache[(cards, nodes)] = hardware_of(gpu, offer, cards, nodes, prec, cal["timing"])
+            rows.append((offer, cards, nodes))
+            cfgs.append(_one_row(sc, tp, dp, zero, off, mb, ck, prec))
+            hws.append(hw_cache[(cards, nodes)])
+    mem, hours = _evaluate(job, cfgs, hws, cal, scalar)
+    points: list[Point] = []
+    for (offer, cards, nodes), total, h in zip(rows, mem, hours, strict=True):
+        usable = catalog.gpus[offer.gpu].memory_gib * 2**30 * (1.0 - sc.headroom)
+        if total > usable or not math.isfinite(h):
+            continue
+        money = cost.bill(h, offer).per_card * cards * catalog.rate(offer.currency, currency).rate
+        points.append(Point(offer, cards, nodes, int(cents(money)), int(seconds(h))))
+    return points
+
+
+def oracle_best(sc: Scenario, catalog: Catalog, points: list[Point]) -> tuple[int, int] | None:
+    """Lexicographic minimum of (cents, seconds) or (seconds, cents) over the points meeting every limit."""
+    allow = sc.allow
+    gpus = {catalog.gpu_id(g) for g in allow.gpus} if allow.gpus else None
+    providers = {p.lower() for p in allow.providers} if allow.providers else None
+    budget = math.floor(round(sc.budget.amount * 100, 6)) if sc.budget else None
+    deadline = math.floor(round(sc.deadline_hours * 3600, 6)) if sc.deadline_hours else None
+    best = None
+    for p in points:
+        if (gpus is not None and p.offer.gpu not in gpus) or (providers and p.offer.provider.lower() not in providers):
+            continue
+        if (allow.max_cards and p.cards > allow.max_cards) or (allow.max_nodes and p.nodes > allow.max_nodes):
+            continue
+        if (budget is not None and p.cents > budget) or (deadline is not None and p.seconds > deadline):
+            continue
+        key = (p.cents, p.seconds) if sc.objective.value == "cost" else (p.seconds, p.cents)
+        best = key if best is None or key < best else best
+    return best
+
+
+def _draw_limits(rng: random.Random, sc: Scenario, points: list[Point]) -> Scenario:
+    """Budget and deadline near a random point's cost and time (so that some bind and some are infeasible)."""
+    update: dict[str, Any] = {}
+    ref = rng.choice(points) if points else None
+    if sc.budget is not None:
+        amount = (ref.cents / 100 if ref else 100.0) * rng.uniform(0.5, 1.5) + 0.01
+        update["budget"] = sc.budget.model_copy(update={"amount": round(amount, 2)})
+    if rng.random() < 0.4:
+        update["deadline_hours"] = round((ref.seconds / 3600 if ref else 10.0) * rng.uniform(0.5, 1.5) + 0.01, 3)
+    return sc.model_copy(update=update)
+
+
+# ------------------------------------------------------------------------------------------------ running both
+
+
+@functools.cache
+def run_instance(seed: int) -> Instance:
+    """Build the instance, run the oracle, draw the limits, build the space once and solve it."""
+    inst = make_instance(seed)
+    sc, cat = inst.scenario, inst.catalog
+    currency = space.report_currency(sc, cat.offers)
+    points = oracle_points(sc, cat, inst.arch, currency)
+    sc = _draw_limits(random.Random(seed + 10_000), sc, points)
+    inst.scenario = sc
+    inst.oracle = oracle_best(sc, cat, points)
+    sp = space.build(sc, cat, inst.arch)
+    allow = [cat.gpu_id(g) for g in sc.allow.gpus] if sc.allow.gpus else None
+    out = solve(sp, sc.objective, limits_from(sp, allow))
+    if out.index is not None:
+        c, s = int(cents(sp.cost_total[out.index])), int(seconds(sp.cand.time["hours"][out.index]))
+        inst.solver = (c, s) if sc.objective.value == "cost" else (s, c)
+        inst.violations = check_plan(sc, cat, to_estimate(sp, out.index, out.status), inst.arch)
+        assert out.status is Status.optimal
+    return inst
+
+
+@pytest.mark.parametrize("seed", range(N_INSTANCES))
+def test_solver_reaches_the_oracle_optimum(seed: int):
+    inst = run_instance(seed)
+    assert inst.solver == inst.oracle, f"seed {seed}: solver {inst.solver} != oracle {inst.oracle}"
+
+
+@pytest.mark.parametrize("seed", range(0, N_INSTANCES, 20))
+def test_scalar_oracle_agrees(seed: int):
+    inst = run_instance(seed)
+    currency = space.report_currency(inst.scenario, inst.catalog.offers)
+    points = oracle_points(inst.scenario, inst.catalog, inst.arch, currency, scalar=True)
+    assert oracle_best(inst.scenario, inst.catalog, points) == inst.oracle
+
+
+@pytest.mark.parametrize("seed", range(0, N_INSTANCES, 4))
+def test_solver_plan_passes_the_validator(seed: int):
+    assert run_instance(seed).violations == []
+
+
+def test_instances_cover_feasible_infeasible_and_binding_limits():
+    results = [run_instance(s) for s in range(N_INSTANCES)]
+    infeasible = sum(r.oracle is None for r in results)
+    with_budget = sum(r.oracle is not None and r.scenario.budget is not None for r in results)
+    assert 0.1 * N_INSTANCES <= infeasible <= 0.6 * N_INSTANCES, infeasible
+    assert with_budget >= 0.15 * N_INSTANCES, with_budget
+    assert {r.scenario.objective.value for r in results} == {"cost", "time"}
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+
+
+def _offers_file(tmp_path, cat: Catalog) -> list[str]:
+    """The instance's offers as a catalog file, grouped by currency (one file per currency)."""
+    paths = []
+    for currency in sorted({o.currency for o in cat.offers}):
+        offers = [o.model_dump(mode="json", exclude={"currency"}, exclude_none=True) for o in cat.offers
+                  if o.currency == currency]  # fmt: skip
+        path = tmp_path / f"offers-{currency}.yaml"
+        path.write_text(yaml.safe_dump({"schema_version": 1, "currency": currency, "offers": offers}))
+        paths.append(str(path))
+    return paths
+
+
+@pytest.mark.parametrize("seed", range(0, N_INSTANCES, 20))
+def test_solve_scenario_with_an_offers_file_matches_the_oracle(seed: int, tmp_path):
+    inst = run_instance(seed)
+    doc = inst.scenario.model_dump(mode="json", exclude_none=True)
+    doc["catalog"] = _offers_file(tmp_path, inst.catalog)
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = solve_scenario(path)
+    sc, catalog, _ = prepare(path)  # the scenario and catalog the solve used, as loaded from the files
+    points = oracle_points(sc, catalog, inst.arch, space.report_currency(sc, catalog.offers))
+    want = oracle_best(sc, catalog, points)
+    if want is None:
+        assert result.best.status is Status.infeasible
+        return
+    est = result.best
+    money = est.cost.budget_currency_total if est.cost.budget_currency_total is not None else est.cost.total
+    got = (int(cents(money)), int(seconds(est.time.hours)))  # the report rounds cost to cents, hours to 1e-6
+    got = got if sc.objective.value == "cost" else got[::-1]
+    assert abs(got[0] - want[0]) <= 1 and abs(got[1] - want[1]) <= 1, (got, want)
+    assert check_plan(result.scenario, catalog, est, inst.arch) == []
+
+
+# ------------------------------------------------------------------------------------------------ vector = scalar
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vectorised_models_equal_a_loop_of_one_row_calls(seed: int):
+    inst = make_instance(seed)
+    sc = inst.scenario.model_copy(update={"plan": inst.scenario.plan.model_copy(update={"micro_batch": None})})
+    job, offers, gpus, ev = space.enumerate_all(sc, inst.catalog, inst.arch, "test")
+    cal = inst.catalog.calibration
+    rows = np.random.default_rng(seed).choice(len(ev), size=min(40, len(ev)), replace=False)
+    for i in rows:
+        one = np.array([i])
+        mem = memory.breakdown(job, ev.cfg.take(one), cal["memory"])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = timing.job_time(job, ev.cfg.take(one), ev.hw.take(one), cal["timing"])
+        assert {k: int(v[0]) for k, v in mem.items()} == {k: int(v[i]) for k, v in ev.mem.items()}
+        for key, value in t.items():
+            assert value[0] == pytest.approx(ev.time[key][i], rel=1e-12, nan_ok=True), key

@@ -1,0 +1,182 @@
+"""Step-time model (optimizer/timing.py): FLOP counts, communication volumes, bubble, precision, offload.
+
+Numbers in comments are worked by hand from the formulas in timing.py's docstrings (formulas.md Part II section 3).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from optimizer import timing
+from tests.conftest import timing_inputs
+
+# Toy architecture small enough to count by hand: L=2, h=64, I=128, a=k=4, V=100, untied.
+TOY = {"name": "toy", "layers": 2, "hidden": 64, "intermediate": 128, "heads": 4, "kv_heads": 4, "vocab": 100,
+       "tied_embeddings": False}  # fmt: skip
+REL = 1e-9  # formulas evaluated exactly; only float rounding
+
+
+def test_full_finetune_counts_6n_plus_attention(catalog):
+    job, *_ = timing_inputs(catalog, model=TOY, method="full", lora=None, seq_len=256)
+    n = job.arch.total_params - 100 * 64  # input embedding lookup is free; the untied head is a GEMM
+    # 6N + 12 L h s = 6N + 12 x 2 x 64 x 256 = 6N + 393,216
+    assert timing.model_flops_per_token(job) == pytest.approx(6 * n + 393_216, rel=REL)
+
+
+def test_lora_counts_4n_plus_attention(catalog):
+    job, *_ = timing_inputs(catalog, model=TOY, seq_len=256)
+    n = job.arch.total_params - 100 * 64
+    assert timing.model_flops_per_token(job) == pytest.approx(4 * n + 393_216, rel=REL)
+
+
+def test_full_checkpointing_adds_one_forward(catalog):
+    job, cfg, _, _ = timing_inputs(catalog, model=TOY, method="full", lora=None, seq_len=256, checkpointing="full")
+    n = job.arch.total_params - 100 * 64
+    # 8N + 16 L h s: + 2N + 4 x 2 x 64 x 256 = + 2N + 131,072
+    assert timing.hardware_flops_per_token(job, cfg)[0] == pytest.approx(8 * n + 524_288, rel=REL)
+
+
+def test_selective_checkpointing_recomputes_attention_core_only(catalog):
+    job, cfg, _, _ = timing_inputs(catalog, model=TOY, method="full", lora=None, seq_len=256, checkpointing="selective")
+    assert timing.hardware_flops_per_token(job, cfg)[0] == pytest.approx(
+        timing.model_flops_per_token(job) + 131_072, rel=REL
+    )
+
+
+def test_zero3_moves_one_and_a_half_times_the_ddp_volume(catalog):
+    # formulas.md Part II 3.2 worked check: 10B bf16 under ZeRO-3 sends 60 GB per step, DDP 40 GB (n -> infinity);
+    # here with the ring factor (n-1)/n for n = 8, per micro-batch and gradient accumulation 1.
+    kw = {"method": "full", "lora": None, "global_batch": 8}
+    job, cfg, hw, k = timing_inputs(catalog, "A100-80G", 8, zero_stage=[0, 3], **kw)
+    bw = timing.dp_bandwidth(cfg, hw)
+    comm = timing.comm_seconds(job, cfg, hw, k)
+    p = job.arch.total_params
+    assert comm["dp"][0] * bw[0] == pytest.approx(2 * 7 / 8 * 2 * p, rel=REL)  # all-reduce 2(n-1)/n x 2P
+    assert comm["zero"][1] * bw[1] == pytest.approx(3 * 7 / 8 * 2 * p, rel=REL)  # 2 gathers + 1 reduce-scatter
+    assert comm["dp"][1] == 0.0
+
+
+def test_lora_zero3_gathers_the_frozen_base_in_its_stored_width(catalog):
+    # QLoRA's NF4 base (4 bit) is gathered at a quarter of the bytes of a 16-bit LoRA base.
+    lora = timing_inputs(catalog, "A100-80G", 8, zero_stage=3, global_batch=8)
+    qlora = timing_inputs(catalog, "A100-80G", 8, zero_stage=3, global_batch=8, method="qlora")
+    scatter = {m: timing.comm_seconds(*args)["zero"][0] for m, args in (("lora", lora), ("qlora", qlora))}
+    grads = 2 * 7 / 8 * 2 * timing.trainable_params(lora[0]) / timing.dp_bandwidth(lora[1], lora[2])[0] / 2
+    assert (scatter["qlora"] - grads) == pytest.approx((scatter["lora"] - grads) / 4, rel=1e-6)
+
+
+def test_tensor_parallel_all_reduces_grow_with_recomputation(catalog):
+    # 4 all-reduces per layer (6 with full recomputation) of b s h 2 bytes, ring over t GPUs.
+    job, cfg, hw, k = timing_inputs(catalog, "H100-SXM", 2, tp=2, checkpointing="none")
+    _, cfg_full, hw_full, _ = timing_inputs(catalog, "H100-SXM", 2, tp=2, checkpointing="full")
+    plain = timing.comm_seconds(job, cfg, hw, k)["tp"][0]
+    full = timing.comm_seconds(job, cfg_full, hw_full, k)["tp"][0]
+    a = job.arch
+    assert plain * hw.tp_bytes_per_s[0] == pytest.approx(2 * 1 / 2 * 4 * a.layers * 2048 * a.hidden * 2, rel=REL)
+    assert full / plain == pytest.approx(1.5, rel=REL)
+
+
+def test_pipeline_bubble_is_p_minus_one_over_m(catalog):
+    # One stage's compute is 1/p of the model; the step is m micro-batches x (1 + (p-1)/m). dp = 1, tp = 1: no
+    # collectives, so step - optimizer = m x compute_p x (1 + (p-1)/m) = (m + p - 1) x compute_1 / p.
+    args = timing_inputs(catalog, "H100-SXM", [1, 4], pp=[1, 4], global_batch=8)
+    job, cfg, hw, k = args
+    body = timing.step_seconds(*args) - timing.optimizer_seconds(*args)
+    m = cfg.grad_accum[0]  # 8
+    assert body[1] / (body[0] / m / 4) == pytest.approx(m + 3, rel=1e-9)
+
+
+def test_fp8_runs_at_the_fp8_peak_times_its_end_to_end_factor(catalog):
+    bf16 = timing_inputs(catalog, "H100-SXM", 1, precision="bf16", method="full", lora=None)
+    fp8 = timing_inputs(catalog, "H100-SXM", 1, precision="fp8", method="full", lora=None)
+    gpu = catalog.gpus["H100-SXM"]
+    ratio = (timing.step_seconds(*bf16) - timing.optimizer_seconds(*bf16)) / (
+        timing.step_seconds(*fp8) - timing.optimizer_seconds(*fp8)
+    )
+    factor = catalog.calibration["timing"]["precision_factor"]["fp8"]
+    assert ratio[0] == pytest.approx(gpu.fp8_tflops * factor / gpu.bf16_tflops, rel=1e-9)
+
+
+def test_fp32_runs_at_the_fp32_peak(catalog):
+    fp32 = timing_inputs(catalog, "A100-80G", 1, precision="fp32")
+    bf16 = timing_inputs(catalog, "A100-80G", 1, precision="bf16")
+    gpu = catalog.gpus["A100-80G"]
+    assert fp32[2].peak_flops[0] == gpu.fp32_tflops * 1e12
+    assert timing.step_seconds(*fp32)[0] > timing.step_seconds(*bf16)[0]
+
+
+def test_dequantisation_time_only_for_a_quantised_base(catalog):
+    lora = timing_inputs(catalog, "A100-80G", 1)
+    qlora = timing_inputs(catalog, "A100-80G", 1, method="qlora")
+    assert timing.dequant_seconds(*lora)[0] == 0.0
+    job, cfg, hw, k = qlora
+    # 2 passes (no recomputation) x P_lin x 2.5 B / HBM bytes/s
+    expected = 2 * timing.linear_params(job) * k["dequant_bytes_per_param"] / hw.hbm_bytes_per_s[0]
+    assert timing.dequant_seconds(*qlora)[0] == pytest.approx(expected, rel=REL)
+
+
+def test_qlora_is_slower_than_lora_under_hf_bitsandbytes(catalog):
+    lora = timing_inputs(catalog, "A100-80G", 1, micro_batch=4)
+    qlora = timing_inputs(catalog, "A100-80G", 1, micro_batch=4, method="qlora")
+    ratio = timing.step_seconds(*qlora)[0] / timing.step_seconds(*lora)[0]
+    assert 1.1 <= ratio <= 1.4  # qlora-step-time-prior fact: 1.1-1.4 with HF + bitsandbytes
+
+
+def test_optimizer_offload_adds_cpu_adam_and_parameter_upload(catalog):
+    kw = {"method": "full", "lora": None}
+    gpu = timing_inputs(catalog, "A100-80G", 1, **kw)
+    cpu = timing_inputs(catalog, "A100-80G", 1, offload="optimizer", **kw)
+    job, cfg, hw, k = cpu
+    p = job.arch.total_params
+    expected = p * k["cpu_adam_seconds_per_param"] + 2 * p / hw.pcie_bytes_per_s[0]  # one card shares the CPU
+    assert timing.optimizer_seconds(*cpu)[0] == pytest.approx(expected, rel=REL)
+    assert timing.step_seconds(*cpu)[0] > timing.step_seconds(*gpu)[0]
+
+
+def test_parameter_offload_streams_weights_every_micro_batch(catalog):
+    args = timing_inputs(catalog, "A100-80G", 8, zero_stage=3, offload="all", method="full", lora=None)
+    job, cfg, hw, _ = args
+    expected = 4 * job.arch.total_params / 8 / hw.pcie_bytes_per_s[0]  # 2 x 2 B x P / d
+    assert timing.param_offload_seconds(job, cfg, hw)[0] == pytest.approx(expected, rel=REL)
+
+
+def test_larger_micro_batches_raise_efficiency_towards_the_plateau(catalog):
+    job, cfg, hw, k = timing_inputs(catalog, "A100-80G", 1, micro_batch=[1, 2, 4, 8], global_batch=8)
+    eta = timing.compute_efficiency(job, cfg, hw, k)
+    assert np.all(np.diff(eta) > 0)
+    assert eta[-1] < hw.efficiency[0]
+
+
+def test_vector_evaluation_equals_a_loop_of_single_rows(catalog):
+    kw = {"method": "full", "lora": None, "global_batch": 64}
+    cards, tp, zero, mb = [1, 2, 8, 8, 16, 16], [1, 1, 2, 1, 8, 4], [0, 1, 3, 2, 3, 3], [1, 2, 4, 1, 2, 8]
+    vec = timing.job_time(*timing_inputs(catalog, "H100-SXM", cards, tp=tp, zero_stage=zero, micro_batch=mb, **kw))
+    for i in range(len(cards)):
+        one = timing.job_time(
+            *timing_inputs(catalog, "H100-SXM", cards[i], tp=tp[i], zero_stage=zero[i], micro_batch=mb[i], **kw)
+        )
+        for key, values in vec.items():
+            assert values[i] == pytest.approx(one[key][0], rel=1e-12), key
+
+
+def test_hours_include_startup_and_checkpoint_saves(catalog):
+    args = timing_inputs(catalog, "A100-80G", 1)
+    job, _, _, k = args
+    out = timing.job_time(*args)
+    train_s = job.steps * out["step_seconds"][0]
+    saves = np.floor(train_s / 3600 / k["checkpoint_every_hours"]) + 1
+    save_s = saves * k["checkpoint_seconds_per_gb"] * job.arch.total_params * 2 / 1e9
+    assert out["hours"][0] * 3600 == pytest.approx(train_s + save_s + k["startup_seconds"], rel=REL)
+
+
+def test_estimate_accepts_pipeline_parallelism(run_cli, write_scenario):
+    path = write_scenario(model="Llama-3.1-70B", method="full", lora=None, global_batch=64)
+    result = run_cli("estimate", path, "--gpu", "H100-SXM", "--cards", "8", "--pp", "2", "--tp", "4", "--zero", "1",
+                     "--micro-batch", "1", "--checkpointing", "full", "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert (out["plan"]["pp"], out["plan"]["dp"], out["plan"]["grad_accum"]) == (2, 1, 64)
+    assert out["time"]["tokens_per_second"] > 0 and out["time"]["step_seconds"] > 0
