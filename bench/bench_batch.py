@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,22 +30,37 @@ from optimizer.pareto import pareto_scenario  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 
 
-def batch_rates(paths: list[str], backend: Backend, workers: int, repeats: int, tmp: Path) -> list[float]:
-    """Scenarios per second of ``repeats`` full batches (wall clock of run_batch, pool or tasks included)."""
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process and of its reaped children (the pool's workers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def batch_rates(paths: list[str], backend: Backend, workers: int, repeats: int, tmp: Path) -> list[tuple[float, float]]:
+    """(scenarios/s of wall clock, CPU seconds per scenario) of ``repeats`` full batches.
+
+    Wall clock includes starting the pool or the tasks. CPU seconds count this process and the local pool's
+    workers (not Ray's, which are not our children); workers / (CPU s per scenario) is the rate the same batch
+    reaches when its cores are not shared with other programs.
+    """
     rates = []
     for r in range(repeats):
         out = tmp / f"{backend.value}-{r}.jsonl"
-        t0 = time.perf_counter()
+        cpu0, t0 = _cpu_s(), time.perf_counter()
         summary = run_batch(paths, out, workers=workers, backend=backend)
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
         assert summary.solved == len(paths), summary
-        rates.append(len(paths) / elapsed)
-        print(f"  {backend.value} run {r + 1}: {len(paths) / elapsed:,.1f} scenarios/s ({elapsed:.1f} s) "
+        rates.append((len(paths) / elapsed, cpu / len(paths)))
+        print(f"  {backend.value} run {r + 1}: {len(paths) / elapsed:,.1f} scenarios/s ({elapsed:.1f} s), "
+              f"{1000 * cpu / len(paths):.1f} ms CPU per scenario, load {os.getloadavg()[0]:.1f} "
               f"{summary.counts}", file=sys.stderr)  # fmt: skip
     return rates
 
 
-def ray_rates(paths: list[str], workers: int, repeats: int, tmp: Path) -> tuple[list[float], float] | None:
+Rates = list[tuple[float, float]]  # per run: (scenarios/s of wall clock, CPU seconds per scenario)
+
+
+def ray_rates(paths: list[str], workers: int, repeats: int, tmp: Path) -> tuple[Rates, float] | None:
     """Ray rates on a local Ray with ``workers`` CPUs (started once, warm for every repeat), and its start time."""
     try:
         import ray
@@ -94,11 +110,15 @@ def main() -> None:
         result: dict[str, object] = {"scenarios": args.n, "workers": args.workers, "repeats": args.repeats,
                                      "cpus": os.cpu_count()}  # fmt: skip
         local = batch_rates(paths, Backend.local, args.workers, args.repeats, tmp)
-        result["local_scenarios_per_s"] = round(statistics.median(local), 2)
+        cpu_per = statistics.median(c for _, c in local)
+        result["local_scenarios_per_s"] = round(statistics.median(r for r, _ in local), 2)
+        result["local_cpu_ms_per_scenario"] = round(1000 * cpu_per, 1)
+        result["local_scenarios_per_s_on_free_cores"] = round(args.workers / cpu_per, 2)
+        result["load_average_1min"] = round(os.getloadavg()[0], 2)
         if not args.no_ray:
             got = ray_rates(paths, args.workers, args.repeats, tmp)
             if got is not None:
-                result["ray_scenarios_per_s"] = round(statistics.median(got[0]), 2)
+                result["ray_scenarios_per_s"] = round(statistics.median(r for r, _ in got[0]), 2)
                 result["ray_start_s"] = round(got[1], 2)
         result.update({k: round(v, 4) for k, v in pareto_times(args.repeats).items()})
     if args.json:

@@ -70,13 +70,12 @@ def profile(scenario: str) -> None:
     print("slowest imports (cumulative us, module):")
     for us, name in sorted(rows, reverse=True)[:15]:
         print(f"  {us:>9,d} {name}")
-    code = ("import cProfile, pstats; from optimizer.cli import main; "
-            f"cProfile.run('import sys\\ntry:\\n main([\"solve\", {scenario!r}])\\nexcept SystemExit: pass', '/tmp/ftopt.prof'); "
-            "pstats.Stats('/tmp/ftopt.prof').sort_stats('cumulative').print_stats(20)")  # fmt: skip
-    prof = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    lines = [line for line in prof.stdout.splitlines() if line.strip()]
-    print("\ncProfile of the solve (in-process, after imports), top 20 by cumulative time:")
-    print("\n".join(lines[:32]))
+    cmd = [sys.executable, "-m", "cProfile", "-s", "cumulative", "-m", "optimizer.cli", "solve", scenario]
+    prof = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    lines = prof.stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if "function calls" in line), 0)
+    print("\ncProfile of the whole solve (imports included), top by cumulative time:")
+    print("\n".join(lines[start : start + 40]))
 
 
 def main() -> None:

@@ -3,9 +3,9 @@
 Usage (from the repository root): ``.venv/bin/python bench/memory_accuracy.py > /tmp/table.md``
 
 For every case of ../shared/reference/memory_cases.yaml: ftopt's prediction in the source's unit and counter, the
-measurement, the error, the split (tuned, held-out, boundary), and the seeds' rules of thumb (full = params(B) x
-16 GB, LoRA x 5, QLoRA x 2.5: midpoints of 16-20... no: of the stated 16, 4-6 and 2-3 GB per billion parameters)
-on the same cases. The logic lives in tests/memory_reference_cases.py, shared with the accuracy test.
+measurement, the error, the split (tuned, held-out, boundary), and the seeds' rules of thumb on the same cases
+(full = params(B) x 16 GB, LoRA x 5, QLoRA x 2.5: the midpoints of 16, 4-6 and 2-3 GB per billion parameters,
+divided by the card count). The logic lives in tests/memory_reference_cases.py, shared with the accuracy test.
 """
 
 from __future__ import annotations

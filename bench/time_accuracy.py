@@ -15,7 +15,8 @@ Network: the llm-foundry A100 tables state "1600 Gbps node-node interconnect (Ro
 
     python bench/time_accuracy.py                      # table and summary
     python bench/time_accuracy.py --doc docs/time-model.md   # also rewrite the doc's accuracy table
-    python bench/time_accuracy.py --fit                # refit the per-architecture efficiencies on the fit split
+    python bench/time_accuracy.py --fit                # refit on the fit split (prints constants and the table)
+    python bench/time_accuracy.py --cross-check        # refit on each of the three splits, held-out errors
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ def load_cases(path: Path = CASES) -> list[dict[str, Any]]:
     return yaml.safe_load(path.read_text())["cases"]
 
 
-def split_of(index: int) -> str:
-    """Held out when the case's position in the file is 2 modulo 3 (fixed before fitting)."""
-    return "held-out" if index % 3 == 2 else "fit"
+def split_of(index: int, offset: int = 2) -> str:
+    """Held out when the case's position in the file is ``offset`` modulo 3 (2: the split fixed before fitting)."""
+    return "held-out" if index % 3 == offset else "fit"
 
 
 def published_tokens_per_second_per_gpu(case: dict[str, Any]) -> float:
@@ -112,7 +113,7 @@ def network_offers(tmp: Path) -> list[Path]:
     return [out, *others]
 
 
-def evaluate(as_written: bool = False, calibration: dict[str, Any] | None = None) -> list[Row]:
+def evaluate(as_written: bool = False, calibration: dict[str, Any] | None = None, offset: int = 2) -> list[Row]:
     """Evaluate every case; ``calibration`` replaces the timing constants (used by ``--fit``)."""
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -128,7 +129,7 @@ def evaluate(as_written: bool = False, calibration: dict[str, Any] | None = None
             rows.append(
                 Row(
                     id=case["id"],
-                    split=split_of(i),
+                    split=split_of(i, offset),
                     kind=case["kind"],
                     framework=case["scenario"]["training"]["framework"],
                     gpu=est.plan.gpu,
@@ -149,7 +150,7 @@ def _geomean_ratio(rows: list[Row], keep: Any) -> float | None:
     return math.exp(sum(logs) / len(logs)) if logs else None
 
 
-def fit(rounds: int = 6) -> dict[str, Any]:
+def fit(rounds: int = 6, offset: int = 2) -> dict[str, Any]:
     """Fit eta_arch, f_framework(torchtune) and the host link share on the fit split (measured cases only).
 
     Multiplicative updates, each the geometric mean of published / predicted over its group:
@@ -160,7 +161,7 @@ def fit(rounds: int = 6) -> dict[str, Any]:
     cal = copy.deepcopy(load_catalog(None).calibration["timing"])
     no_p2p = {g.id for g in load_catalog(None).gpus.values() if not g.p2p}
     for _ in range(rounds):
-        rows = [r for r in evaluate(calibration=cal) if r.split == "fit" and r.kind == "measured"]
+        rows = [r for r in evaluate(calibration=cal, offset=offset) if r.split == "fit" and r.kind == "measured"]
         single = [r for r in rows if not (r.gpu in no_p2p and r.cards > 1)]
         hf_gpus = {r.gpu for r in single if r.framework == "hf"}
         arch_of = {g.id: g.arch for g in load_catalog(None).gpus.values()}
@@ -170,16 +171,35 @@ def fit(rounds: int = 6) -> dict[str, Any]:
                                    and (r.framework == "hf" or not h))  # fmt: skip
             if ratio:
                 cal["efficiency"][arch] = round(cal["efficiency"][arch] * ratio, 3)
-        rows = [r for r in evaluate(calibration=cal) if r.split == "fit" and r.kind == "measured"]
+        rows = [r for r in evaluate(calibration=cal, offset=offset) if r.split == "fit" and r.kind == "measured"]
         ratio = _geomean_ratio(rows, lambda r, hf=hf_gpus: r.framework == "torchtune" and r.gpu in hf)
         if ratio:
             cal["framework_factor"]["torchtune"] = round(cal["framework_factor"]["torchtune"] * ratio, 3)
-        rows = [r for r in evaluate(calibration=cal) if r.split == "fit" and r.kind == "measured"]
+        rows = [r for r in evaluate(calibration=cal, offset=offset) if r.split == "fit" and r.kind == "measured"]
         ratio = _geomean_ratio(rows, lambda r: r.gpu in no_p2p and r.cards > 1)
         if ratio:
             cal["link_efficiency"]["host"] = round(cal["link_efficiency"]["host"] * ratio, 3)
     load_catalog(None).calibration["timing"] = copy.deepcopy(cal)
     return cal
+
+
+def cross_check() -> list[str]:
+    """Refit on each of the three position-modulo-3 splits and report each one's held-out error.
+
+    A robustness check of the model's form: the constants in calibration.yaml stay those of split 2.
+    """
+    original = copy.deepcopy(load_catalog(None).calibration["timing"])
+    lines = []
+    for offset in (0, 1, 2):
+        cal = fit(offset=offset)
+        rows = evaluate(calibration=cal, offset=offset)
+        (n_fit, fit_med, fit_max), (n_held, med, worst) = (summary(rows)[k] for k in ("fit", "held-out"))
+        lines.append(
+            f"- split {offset} (held out: position mod 3 = {offset}): fit {n_fit} cases median {fit_med:.1%} "
+            f"max {fit_max:.1%}; held-out {n_held} cases median {med:.1%} max {worst:.1%}"
+        )
+    load_catalog(None).calibration["timing"] = original
+    return lines
 
 
 def summary(rows: list[Row]) -> dict[str, tuple[int, float, float]]:
@@ -220,11 +240,16 @@ def main() -> None:
     parser.add_argument("--as-written", action="store_true", help="use the catalog's offers (no network override)")
     parser.add_argument("--doc", type=Path, help="rewrite the accuracy table of this Markdown file")
     parser.add_argument("--fit", action="store_true", help="refit on the fit split and print the constants")
+    parser.add_argument("--cross-check", action="store_true", help="refit on each of the 3 splits, held-out errors")
     args = parser.parse_args()
-    if args.fit:
+    if args.cross_check:
+        print("\n".join(cross_check()))
+        return
+    cal = None
+    if args.fit:  # the table below then uses the refitted constants; copy them into calibration.yaml to keep them
         cal = fit()
         print({k: cal[k] for k in ("efficiency", "framework_factor", "link_efficiency")})
-    table = markdown(evaluate(as_written=args.as_written))
+    table = markdown(evaluate(as_written=args.as_written, calibration=cal))
     print(table)
     if args.doc:
         write_doc(args.doc, table)

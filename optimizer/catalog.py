@@ -168,19 +168,22 @@ def load_catalog(offer_files: list[str | Path] | None = None, root: Path = CATAL
 
 
 def scenario_offer_files(scenario: Scenario, scenario_path: str | Path | None) -> list[Path] | None:
-    """The offer files a scenario names, resolved against the working directory, then the scenario's folder."""
+    """The offer files a scenario names, resolved against the working directory, the scenario's folder, then the
+    ftopt checkout (so ``catalog: catalogs/offers/cn.yaml`` works from any directory)."""
     if scenario.catalog is None:
         return None
     names = [scenario.catalog] if isinstance(scenario.catalog, str) else scenario.catalog
     out: list[Path] = []
     for name in names:
         p = Path(name)
-        if not p.is_absolute() and not p.exists() and scenario_path is not None:
-            beside = Path(scenario_path).parent / p
-            if beside.exists():
-                p = beside
+        if not p.is_absolute() and not p.exists():
+            bases = ([Path(scenario_path).parent] if scenario_path is not None else []) + [CATALOG_DIR.parent]
+            p = next((b / p for b in bases if (b / p).exists()), p)
         if not p.exists():
             raise InputError(str(scenario_path or "scenario"), "catalog", f"catalog file '{name}' not found")
+        if p.is_dir():
+            raise InputError(str(scenario_path or "scenario"), "catalog", f"'{name}' is a directory, expected an "
+                             "offers YAML file such as catalogs/offers/us.yaml")  # fmt: skip
         out.append(p)
     return out
 
@@ -206,6 +209,8 @@ def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
     """Build an architecture from a local HF ``config.json`` (Llama, Mistral, Qwen2, Mixtral families)."""
     p = Path(path)
     label = source or str(p)
+    if p.is_dir():
+        raise InputError(label, "model.hf_config", f"'{path}' is a directory, expected a config.json file")
     if not p.is_file():
         raise InputError(label, "model.hf_config", f"config file '{path}' not found")
     if p.stat().st_size > 4 * 1024 * 1024:  # a config.json is a few KiB

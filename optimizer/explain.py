@@ -61,38 +61,54 @@ def _divisors(n: int, limit: int = 64) -> str:
     return ", ".join(str(d) for d in range(1, min(n, limit) + 1) if n % d == 0)
 
 
-def pin_problem(sc: Scenario, arch: ModelArch, offers: list[Offer]) -> tuple[str, str]:
-    """(field, message) explaining why the ``plan:`` pins admit no configuration on any offer."""
-    p: PlanPins = sc.plan
-    gb = sc.global_batch
+def _layout_problem(p: PlanPins, arch: ModelArch, offers: list[Offer]) -> tuple[str, str] | None:
+    """tp, cards, dp and nodes pins that no offer can host."""
     tp, pp = p.tp or 1, p.pp or 1
     if p.tp and (arch.heads % p.tp or arch.kv_heads % p.tp):
         return "plan.tp", (f"tp={p.tp} must divide the attention heads ({arch.heads}) and kv_heads ({arch.kv_heads}) "
                            f"of {arch.name}; allowed: {_divisors(arch.kv_heads)}")  # fmt: skip
-    if p.cards:
-        most = max((o.cards_per_node * o.max_nodes for o in offers), default=0)
-        if p.cards > most:
-            return "plan.cards", f"cards={p.cards} is more than any offer rents (at most {most} cards)"
+    most_cards = max((o.cards_per_node * o.max_nodes for o in offers), default=0)
+    if p.cards and p.cards > most_cards:
+        return "plan.cards", f"cards={p.cards} is more than any offer rents (at most {most_cards} cards)"
     if p.cards and p.cards % (tp * pp):
         return "plan.cards", f"cards={p.cards} must be a multiple of tp x pp = {tp * pp}"
     if p.cards and p.dp and p.dp * tp * pp != p.cards:
         return "plan.dp", f"dp={p.dp} must equal cards / (tp x pp) = {p.cards // (tp * pp)}"
+    most_nodes = max((o.max_nodes for o in offers), default=0)
+    if p.nodes and p.nodes > most_nodes:
+        return "plan.nodes", f"nodes={p.nodes} is more than any offer rents (at most {most_nodes} nodes)"
+    if p.nodes and p.cards and not any(-(-p.cards // o.cards_per_node) == p.nodes for o in offers):
+        return "plan.nodes", f"nodes={p.nodes} does not match cards={p.cards} on any offer's cards per node"
+    return None
+
+
+def _batch_problem(p: PlanPins, gb: int) -> tuple[str, str] | None:
+    """micro_batch x grad_accum x dp = global_batch cannot hold with the pinned values."""
+    tp, pp = p.tp or 1, p.pp or 1
     dp = p.dp or (p.cards // (tp * pp) if p.cards else None)
     if dp and gb % dp:
         return "global_batch", (f"global_batch {gb} must be divisible by dp = {dp} (micro_batch x grad_accum x dp = "
                                 f"global_batch); use a multiple of {dp} or pin other cards")  # fmt: skip
     per_rank = gb // dp if dp else gb
-    if p.micro_batch and per_rank % p.micro_batch:
-        return "plan.micro_batch", (f"micro_batch={p.micro_batch} must divide global_batch / dp = {per_rank}; "
+    for name, value in (("micro_batch", p.micro_batch), ("grad_accum", p.grad_accum)):
+        if value and per_rank % value:
+            return f"plan.{name}", (f"{name}={value} must divide global_batch / dp = {per_rank}; "
                                     f"allowed: {_divisors(per_rank)}")  # fmt: skip
-    if p.grad_accum and per_rank % p.grad_accum:
-        return "plan.grad_accum", (f"grad_accum={p.grad_accum} must divide global_batch / dp = {per_rank}; "
-                                   f"allowed: {_divisors(per_rank)}")  # fmt: skip
     if p.grad_accum and p.micro_batch and dp and p.micro_batch * p.grad_accum * dp != gb:
         product = p.micro_batch * p.grad_accum * dp
         return "plan.grad_accum", f"micro_batch x grad_accum x dp = {product} must equal global_batch {gb}"
-    if p.nodes and p.cards and not any(-(-p.cards // o.cards_per_node) == p.nodes for o in offers):
-        return "plan.nodes", f"nodes={p.nodes} does not match cards={p.cards} on any offer's cards per node"
+    return None
+
+
+def pin_problem(sc: Scenario, arch: ModelArch, offers: list[Offer]) -> tuple[str, str]:
+    """(field, message) explaining why the ``plan:`` pins admit no configuration on any offer."""
+    p: PlanPins = sc.plan
+    found = _layout_problem(p, arch, offers) or _batch_problem(p, sc.global_batch)
+    if found:
+        return found
+    if p.nodes and not p.cards:
+        return "plan.nodes", (f"nodes={p.nodes} matches none of the card counts tried (whole nodes in powers of "
+                              "two, or the offer's maximum); pin cards as well")  # fmt: skip
     if p.precision:
         return "plan.precision", f"no offered GPU runs precision {p.precision.value} natively; try bf16 or fp16"
     return "plan", "the pinned values admit no configuration on any offer; unpin some of them"
@@ -136,7 +152,7 @@ def gpus_that_fit(space: Space, catalog: Catalog, source: str) -> list[str]:
 
 def explain_memory(space: Space, catalog: Catalog, source: str) -> Relaxation:
     """Nothing fits: the smallest per-GPU need, the largest card offered and the GPUs that would fit."""
-    need = min(space.smallest_need.values()) if space.smallest_need else None
+    need = min(space.smallest_need.values()) if space.smallest_need else 0
     largest = max(space.gpus, key=lambda g: g.memory_gib)
     usable = largest.memory_gib * (1 - space.scenario.headroom)
     fit = gpus_that_fit(space, catalog, source)
@@ -177,7 +193,8 @@ def _allowed_gpus(space: Space, limits: Limits, settings: SolverSettings) -> lis
     """GPU ids with a plan under ``limits`` without the GPU allow-list."""
     free = limits.without("gpus")
     gpu_of = np.array([space.offers[int(i)].gpu for i in space.cand.offer_idx])
-    return [g for g in sorted(set(gpu_of)) if _feasible(space, Objective.cost, free, settings, gpu_of == g) is not None]
+    fits = [g for g in sorted(set(gpu_of)) if _feasible(space, Objective.cost, free, settings, gpu_of == g) is not None]
+    return [str(g) for g in fits]
 
 
 def _hours_needed(space: Space, i: int) -> float:
@@ -188,55 +205,65 @@ def _money_needed(space: Space, i: int) -> float:
     return float(cents(space.cost_total[i : i + 1])[0]) / 100.0
 
 
+def _budget_deadline(space: Space, objective: Objective, lim: Limits, settings: SolverSettings,
+                     rel: Relaxation) -> list[str]:  # fmt: skip
+    """Fill ``rel`` with the budget and deadline that bind under ``lim`` (allow-lists already relaxed)."""
+    sc, cur = space.scenario, space.currency
+    has_b, has_d = lim.budget_cents is not None, lim.deadline_s is not None
+    budget = f"{sc.budget.amount:,.2f} {cur}" if has_b and sc.budget else ""
+    deadline = f"{sc.deadline_hours:g} h" if has_d else ""
+    cheap = _feasible(space, Objective.cost, lim.without("budget_cents"), settings) if has_b else None
+    fast = _feasible(space, Objective.time, lim.without("deadline_s"), settings) if has_d else None
+    parts: list[str] = []
+    if cheap is not None:
+        rel.binding.append(FIELD_OF["budget_cents"])
+        rel.budget_needed = _money_needed(space, cheap)
+        meets = f" that meets the {deadline} deadline" if has_d else ""
+        parts.append(f"budget too small: the cheapest plan{meets} costs {rel.budget_needed:,.2f} {cur} "
+                     f"(budget {budget}); budget_needed = {rel.budget_needed:.2f}")  # fmt: skip
+    if fast is not None:
+        rel.binding.append(FIELD_OF["deadline_s"])
+        rel.deadline_needed_hours = _hours_needed(space, fast)
+        within = f" within the {budget} budget" if has_b else ""
+        parts.append(f"deadline too short: the fastest plan{within} takes {rel.deadline_needed_hours:g} h "
+                     f"(deadline {deadline}); deadline_needed_hours = {rel.deadline_needed_hours:g}")  # fmt: skip
+    if cheap is not None and fast is not None:
+        parts.append("either change alone makes the scenario feasible")
+    if cheap is None and fast is None:  # each limit alone excludes every plan: one plan gives both figures
+        both = _feasible(space, objective, lim.without("budget_cents", "deadline_s"), settings)
+        if both is not None:
+            rel.binding += [FIELD_OF[n] for n in ("budget_cents", "deadline_s") if getattr(lim, n) is not None]
+            rel.budget_needed = _money_needed(space, both) if has_b else None
+            rel.deadline_needed_hours = _hours_needed(space, both) if has_d else None
+            parts.append(f"budget ({budget}) and deadline ({deadline}) are both too tight for every plan; the "
+                         f"{objective.value}-optimal plan without them costs {_money_needed(space, both):,.2f} {cur} "
+                         f"and takes {_hours_needed(space, both):g} h: raise the budget and extend the deadline to "
+                         "at least these")  # fmt: skip
+    return parts
+
+
 def explain(space: Space, objective: Objective, limits: Limits, settings: SolverSettings, catalog: Catalog,
             source: str = "scenario") -> Relaxation:  # fmt: skip
     """The binding constraints of an infeasible scenario and the relaxation that fixes each (module docstring)."""
     check_pins(space, source)
     if len(space.cand) == 0:
         return explain_memory(space, catalog, source)
-    cur = space.currency
     allow_core = _shrink(space, limits, settings)
     rel = Relaxation([FIELD_OF[n] for n in allow_core], "")
     parts = []
     for name in allow_core:
         parts.append(f"{FIELD_OF[name]} excludes every plan that fits")
         if name == "gpus":
-            rel.gpus_that_fit = _allowed_gpus(space, limits.without(*[n for n in allow_core if n != "gpus"]), settings)
+            others = limits.without(*[n for n in allow_core if n != "gpus"])
+            loose = others.without("budget_cents", "deadline_s")
+            rel.gpus_that_fit = _allowed_gpus(space, others, settings) or _allowed_gpus(space, loose, settings)
             if rel.gpus_that_fit:
                 parts[-1] += f" (GPUs with a plan: {', '.join(rel.gpus_that_fit)})"
     lim = limits.without(*allow_core)
     if _feasible(space, objective, lim, settings) is None:
-        has_b, has_d = lim.budget_cents is not None, lim.deadline_s is not None
-        cheap = _feasible(space, Objective.cost, lim.without("budget_cents"), settings) if has_b else None
-        fast = _feasible(space, Objective.time, lim.without("deadline_s"), settings) if has_d else None
-        sc = space.scenario
-        budget = f"{sc.budget.amount:,.2f} {cur}" if has_b and sc.budget else ""
-        deadline = f"{sc.deadline_hours:g} h" if has_d else ""
-        if cheap is not None:
-            rel.binding.append(FIELD_OF["budget_cents"])
-            rel.budget_needed = _money_needed(space, cheap)
-            meets = f" that meets the {deadline} deadline" if has_d else ""
-            parts.append(f"budget too small: the cheapest plan{meets} costs {rel.budget_needed:,.2f} {cur} "
-                         f"(budget {budget}); budget_needed = {rel.budget_needed:.2f}")  # fmt: skip
-        if fast is not None:
-            rel.binding.append(FIELD_OF["deadline_s"])
-            rel.deadline_needed_hours = _hours_needed(space, fast)
-            within = f" within the {budget} budget" if has_b else ""
-            parts.append(f"deadline too short: the fastest plan{within} takes {rel.deadline_needed_hours:g} h "
-                         f"(deadline {deadline}); deadline_needed_hours = {rel.deadline_needed_hours:g}")  # fmt: skip
-        if cheap is not None and fast is not None:
-            parts.append("either change alone makes the scenario feasible")
-        if cheap is None and fast is None:
-            both = _feasible(space, objective, lim.without("budget_cents", "deadline_s"), settings)
-            if both is None:  # cannot happen: the space is not empty and no other limit is left
-                parts.append("no plan meets the constraints")
-            else:
-                rel.binding += [FIELD_OF[n] for n in ("budget_cents", "deadline_s") if getattr(lim, n) is not None]
-                rel.budget_needed = _money_needed(space, both) if has_b else None
-                rel.deadline_needed_hours = _hours_needed(space, both) if has_d else None
-                parts.append(f"budget ({budget}) and deadline ({deadline}) are both too tight for every plan; "
-                             f"the {objective.value}-optimal plan without them costs "
-                             f"{_money_needed(space, both):,.2f} {cur} and takes {_hours_needed(space, both):g} h: "
-                             "raise the budget and extend the deadline to at least these")  # fmt: skip
+        more = _budget_deadline(space, objective, lim, settings, rel)
+        if allow_core and more:
+            more[0] = f"with {', '.join(rel.binding[: len(allow_core)])} relaxed, {more[0]}"
+        parts += more
     rel.message = "; ".join(parts) or "no plan meets the constraints"
     return rel

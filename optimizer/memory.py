@@ -34,11 +34,21 @@ from typing import Any
 import numpy as np
 
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Job
-from optimizer.schema import Attention, Checkpointing, Framework, Loss, Method, Offload, OptimizerName, Precision
+from optimizer.schema import (
+    Attention,
+    Checkpointing,
+    Framework,
+    Loss,
+    Method,
+    Offload,
+    OptimizerName,
+    Precision,
+    Sharding,
+)
 
 GIB = 2**30
-_NONE, _OPT, _ALL = (OFFLOAD.index(o) for o in (Offload.none, Offload.optimizer, Offload.all))
-_CK_NONE, _CK_SEL, _CK_FULL = (CHECKPOINTING.index(c) for c in Checkpointing)
+_NONE, _ALL = OFFLOAD.index(Offload.none), OFFLOAD.index(Offload.all)
+_CK_NONE, _CK_SEL = CHECKPOINTING.index(Checkpointing.none), CHECKPOINTING.index(Checkpointing.selective)
 _FP32 = PRECISION.index(Precision.fp32)
 
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
@@ -63,7 +73,7 @@ def _sharded_profile_name(job: Job) -> str:
 
 def _uses_deepspeed(job: Job, cfg: Configs) -> np.ndarray:
     """Rows run by DeepSpeed ZeRO (hf framework, sharding deepspeed, stage >= 1), bool (n,)."""
-    return (cfg.zero_stage >= 1) & (job.framework is Framework.hf and job.sharding.value == "deepspeed")
+    return (cfg.zero_stage >= 1) & (job.framework is Framework.hf and job.sharding is Sharding.deepspeed)
 
 
 def _field(job: Job, cfg: Configs, consts: Mapping[str, Any], name: str) -> np.ndarray:
@@ -177,11 +187,12 @@ def weight_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
 
     full: P x w / (t p), w from the engine profile (HF AMP: 4 fp32 + 2 autocast copy = 6, HF model_memory_anatomy;
     DeepSpeed, torchtune, Megatron: 2; HF FSDP: 4 fp32 sharded), divided by N at ZeRO-3, 0 when parameters are
-    offloaded (stage 3, ``all``). LoRA/QLoRA: frozen base P_lin x base_bytes + (P - P_lin) x nonlin, base_bytes 2
-    (16-bit), 1 (8-bit) or the NF4 rate 0.5 + 0.5/64 x (8/32 + 32/(32 x 256)) ~ 0.516 B/param (QLoRA paper,
-    double quantisation); nonlin is the profile's ``kbit_nonlinear_bytes`` for k-bit bases (PEFT
-    prepare_model_for_kbit_training casts them to fp32: 4; torchtune and DeepSpeed keep 2), else 2; plus
-    adapters x the profile's ``adapter_weight_bytes`` (PEFT fp32 adapters: 4). Same division by t p and N.
+    offloaded (stage 3, ``all``). LoRA: frozen base P x ``frozen_base_bytes`` (2; 4 under HF FSDP, whose flat
+    parameters keep the fp32 load dtype of PEFT's examples/sft/utils.py). QLoRA: P_lin x kbit + (P - P_lin) x
+    nonlin, kbit 1 (8-bit) or the NF4 rate 0.5 + 0.5/64 x (8/32 + 32/(32 x 256)) ~ 0.516 B/param (QLoRA paper,
+    double quantisation), nonlin the profile's ``kbit_nonlinear_bytes`` (PEFT prepare_model_for_kbit_training
+    casts them to fp32: 4; torchtune, DeepSpeed and FSDP keep 2). Plus adapters x the profile's
+    ``adapter_weight_bytes`` (PEFT fp32 adapters: 4). Same division by t p and N.
     """
     split = _model_split(cfg)
     z3 = cfg.zero_stage >= 3
@@ -192,9 +203,12 @@ def weight_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
         base = np.zeros(len(cfg))
     else:
         p_lin = float(linear_params(job))
-        base_bytes = {16: 2.0, 8: 1.0, 4: float(consts["nf4_bytes_per_param"])}[job.base_bits]
-        nonlin = _field(job, cfg, consts, "kbit_nonlinear_bytes") if job.base_bits < 16 else 2.0
-        base = p_lin * base_bytes + (job.arch.total_params - p_lin) * nonlin
+        base16 = _field(job, cfg, consts, "frozen_base_bytes")
+        if job.base_bits == 16:
+            base = job.arch.total_params * base16
+        else:
+            kbit = {8: 1.0, 4: float(consts["nf4_bytes_per_param"])}[job.base_bits]
+            base = p_lin * kbit + (job.arch.total_params - p_lin) * _field(job, cfg, consts, "kbit_nonlinear_bytes")
     resident = (base + trained) / split / shard
     return _i64(np.where(z3 & (cfg.offload == _ALL), 0.0, resident))
 
@@ -276,7 +290,12 @@ def _lora_saved_inputs(job: Job) -> float:
     a = job.arch
     h, inter = a.hidden, a.intermediate * a.experts_per_token
     t = _targets(job)
-    groups = [({"q_proj", "k_proj", "v_proj"}, h), ({"o_proj"}, h), ({"gate_proj", "up_proj"}, h), ({"down_proj"}, inter)]
+    groups = [
+        ({"q_proj", "k_proj", "v_proj"}, h),
+        ({"o_proj"}, h),
+        ({"gate_proj", "up_proj"}, h),
+        ({"down_proj"}, inter),
+    ]
     saved = sum(2.0 * width for names, width in groups if names & t)  # 16-bit input, shared within a group
     if job.lora is not None and job.lora.dropout > 0:
         d_in = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": h, "gate_proj": h, "up_proj": h, "down_proj": inter}
@@ -328,14 +347,16 @@ def zero3_gathered_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> n
 
     DeepSpeed: 4 x P_ll / t, the 16-bit parameters and gradients of the largest module (its estimator's
     ``largest_layer_memory``; P_ll from :func:`largest_module_params`). FSDP (hf_fsdp, torchtune FSDP2):
-    u x max(P_layer, V h) x w / t with u = ``fsdp_live_units`` units in flight (the one computing, the one
-    prefetched, one unit's unsharded gradients before reduce-scatter; PyTorch FSDP backward_prefetch) and
-    w = 2 B (16-bit) or the NF4 rate for a 4-bit base stored as bf16 words. 0 below stage 3.
+    (u x w + g) x max(P_layer, V h) / t with u = ``fsdp_live_units`` parameter units in flight (the one computing
+    and the one prefetched; PyTorch FSDP backward_prefetch), w = 2 B (16-bit) or the NF4 rate for a 4-bit base
+    stored as bf16 words, and g = 2 B for one unit's unsharded gradients before reduce-scatter (full fine-tuning
+    only: a frozen base has none). 0 below stage 3.
     """
     a = job.arch
     ds = 4.0 * largest_module_params(job)
     w = float(consts["nf4_bytes_per_param"]) if job.base_bits == 4 else 2.0
-    fsdp = float(consts["fsdp_live_units"]) * max(a.layer_params, a.vocab * a.hidden) * w
+    grad_unit = 2.0 if job.method is Method.full else 0.0  # a frozen base has no gradients to reduce-scatter
+    fsdp = (float(consts["fsdp_live_units"]) * w + grad_unit) * max(a.layer_params, a.vocab * a.hidden)
     gathered = np.where(_uses_deepspeed(job, cfg), ds, fsdp) / _f(cfg.tp)
     return _i64(np.where(cfg.zero_stage >= 3, gathered, 0.0))
 
@@ -345,12 +366,16 @@ def buffer_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
 
     DDP (stage 0, dp > 1): ``ddp_bucket_bytes`` (torch DDP bucket_cap_mb 25, a few buckets in flight).
     DeepSpeed ZeRO-1/2 (also on one GPU): ``ds_bucket_bytes`` (reduce and all-gather buckets, HF "auto" sizes).
+    DeepSpeed ZeRO-3: 2 B x min(stage3_max_live_parameters, P / t) 16-bit parameters kept gathered for reuse
+    (DeepSpeed runtime/zero/config.py default 1e9; EleutherAI/cookbook calc_transformer_mem.py adds the same).
     k-bit base: one Linear dequantised to 16 bits before use, 2 h I / t (formulas.md section 5).
     """
     a = job.arch
     ddp = np.where((cfg.zero_stage == 0) & (cfg.dp > 1), float(consts["ddp_bucket_bytes"]), 0.0)
     ds12 = _uses_deepspeed(job, cfg) & (cfg.zero_stage <= 2)
     ds = np.where(ds12, float(consts["ds_bucket_bytes"]), 0.0)
+    live = 2.0 * np.minimum(float(consts["ds_zero3_max_live_parameters"]), job.arch.total_params / _f(cfg.tp))
+    ds = np.where(_uses_deepspeed(job, cfg) & (cfg.zero_stage >= 3), live, ds)
     dequant = 2.0 * a.hidden * a.intermediate / _f(cfg.tp) if job.base_bits < 16 else 0.0
     return _i64(ddp + ds + dequant)
 

@@ -205,4 +205,3 @@ def pareto_scenario(
         candidates=len(space.cand),
         solves=fr.solves,
     )
-

@@ -5,6 +5,8 @@ This is the library entry point the CLI, batch and pareto call; it returns typed
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import numpy as np
 from optimizer import cost
 from optimizer.catalog import Catalog, load_catalog, load_scenario, resolve_model, scenario_offer_files
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
-from optimizer.errors import InputError
+from optimizer.errors import InputError, SolverLimitError
 from optimizer.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.schema import (
     Budget,
@@ -26,8 +28,8 @@ from optimizer.schema import (
     Status,
     TimeReport,
 )
-from optimizer.solver import Limits, SolverSettings, limits_from, solve
-from optimizer.space import Space, build, enumerate_all, report_currency
+from optimizer.solver import Limits, Outcome, SolverSettings, limits_from, solve
+from optimizer.space import MAX_JOB_HOURS, Space, build, enumerate_all, report_currency
 from optimizer.yamlio import validate_value
 
 
@@ -68,9 +70,9 @@ def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scena
         hours = validate_value(Scenario, "deadline_hours", ov.deadline_hours, source, "--deadline-hours")
         update["deadline_hours"] = hours
     if ov.budget is not None:
+        amount = validate_value(Budget, "amount", ov.budget, source, "--budget")
         if sc.budget is None:
             raise InputError(source, "budget", "--budget needs a budget: {amount, currency} block in the scenario")
-        amount = validate_value(Budget, "amount", ov.budget, source, "--budget")
         update["budget"] = sc.budget.model_copy(update={"amount": amount})
     if ov.catalog:
         update["catalog"] = ov.catalog
@@ -147,18 +149,38 @@ def _explain(space: Space, objective: Objective, limits: Limits, settings: Solve
 DEFAULT_SETTINGS = SolverSettings()
 
 
+@contextmanager
+def named_limits(source: str) -> Iterator[None]:
+    """Prefix a SolverLimitError (candidate cap, time limit) with the scenario file it concerns."""
+    try:
+        yield
+    except SolverLimitError as exc:
+        message = str(exc)
+        raise SolverLimitError(message if message.startswith(source) else f"{source}: {message}") from None
+
+
+def _solve_quietly(space: Space, objective: Objective, limits: Limits, settings: SolverSettings,
+                   subset: np.ndarray) -> Outcome:  # fmt: skip
+    """An extra solve (top-k, other GPU types): a time limit hit there drops the extra plan, not the answer."""
+    try:
+        return solve(space, objective, limits, settings, subset=subset)
+    except SolverLimitError:
+        return Outcome(Status.infeasible, None)
+
+
 def solve_scenario(path: str | Path, overrides: Overrides | None = None, settings: SolverSettings = DEFAULT_SETTINGS,
                    top_k: int = 1) -> SolveResult:  # fmt: skip
     """Solve one scenario file: optimal plan, best per other GPU type, top-k, or the infeasibility explanation."""
     sc, catalog, source = prepare(path, overrides)
     arch = resolve_model(sc, catalog, path)
     allow = canonical_allow(sc, catalog, source)
-    space = build(sc, catalog, arch, source)
-    limits = limits_from(space, allow)
-    check_pins(space, source)
-    out = solve(space, sc.objective, limits, settings)
+    with named_limits(source):
+        space = build(sc, catalog, arch, source)
+        limits = limits_from(space, allow)
+        check_pins(space, source)
+        out = solve(space, sc.objective, limits, settings)
+        rel = _explain(space, sc.objective, limits, settings, catalog, source) if out.index is None else None
     if out.index is None:
-        rel = _explain(space, sc.objective, limits, settings, catalog, source)
         empty = Estimate(status=Status.infeasible, plan=None, memory=None, time=None, cost=None)
         return SolveResult(sc, empty, [], [], rel, space.currency, None, len(space.cand), space.enumerated)
     best = to_estimate(space, out.index, out.status)
@@ -166,7 +188,7 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     excluded = np.zeros(len(space.cand), dtype=bool)
     excluded[out.index] = True
     while len(top) < top_k and not excluded.all():
-        nxt = solve(space, sc.objective, limits, settings, subset=~excluded)
+        nxt = _solve_quietly(space, sc.objective, limits, settings, ~excluded)
         if nxt.index is None:
             break
         top.append(to_estimate(space, nxt.index, nxt.status))
@@ -176,7 +198,7 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     for gid in sorted(set(gpu_of)):
         if gid == best.plan.gpu:
             continue
-        alt = solve(space, sc.objective, limits, settings, subset=gpu_of == gid)
+        alt = _solve_quietly(space, sc.objective, limits, settings, gpu_of == gid)
         if alt.index is not None:
             alternatives.append(to_estimate(space, alt.index, alt.status))
     bound = None
@@ -219,6 +241,10 @@ def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Over
     currency = report_currency(sc, offers)
     fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
     space = Space(job, sc, offers, gpus, currency, fx, ev, np.zeros(len(ev)), [], len(ev), int(ev.fits.sum()))
+    slowest = float(np.max(ev.time["hours"]))
+    if not slowest <= MAX_JOB_HOURS:  # also NaN and infinity
+        raise InputError(source, "data", f"this configuration takes {slowest:,.0f} hours, more than the "
+                         f"{MAX_JOB_HOURS:,} hours (100 years) ftopt plans for; reduce the data")  # fmt: skip
     terms = frozenset([sc.plan.term]) if sc.plan.term else None
     bills = [cost.bill(float(ev.time["hours"][i]), offers[int(ev.offer_idx[i])], terms) for i in range(len(ev))]
     totals = np.array([b.per_card * int(ev.cards[i]) * space.fx[int(ev.offer_idx[i])] for i, b in enumerate(bills)])

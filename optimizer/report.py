@@ -48,6 +48,10 @@ def solve_json(result: SolveResult) -> dict[str, Any]:
             "gpus_that_fit": r.gpus_that_fit,
             "currency": result.currency,
         }
+    if result.best.status.value == "feasible" and result.bound is not None:  # stopped by --time-limit
+        objective = result.scenario.objective.value
+        doc["bound"] = {"objective": objective, "value": result.bound,
+                        "unit": result.currency if objective == "cost" else "hours"}  # fmt: skip
     return doc
 
 
@@ -154,7 +158,8 @@ def print_solve(result: SolveResult, console: Console) -> None:
         return
     for item in estimate_lines(result.best):
         console.print(item)
-    proof = "proven optimal by CP-SAT" if result.best.status.value == "optimal" else f"best found; bound {result.bound}"
+    proof = "proven optimal by CP-SAT" if result.best.status.value == "optimal" else (
+        f"best found within the time limit; proven bound {result.bound:g}")
     console.print(f"Optimality: {proof}")
     for i, est in enumerate(result.top[1:], start=2):
         console.print(f"#{i}: {_plan_line(est)}; {est.time.hours:,.1f} h; {_cost(est):,.2f} {result.currency}")  # type: ignore[union-attr]
@@ -261,6 +266,9 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
         raise
 
 
+OFF_SCALE = 3.0  # plot_front draws a budget or deadline line only up to this multiple of the front's largest value
+
+
 def plot_front(result: ParetoResult, path: str | Path) -> None:
     """Draw the front (hours versus cost) to a PNG or SVG file.
 
@@ -273,6 +281,7 @@ def plot_front(result: ParetoResult, path: str | Path) -> None:
         raise InputError(str(path), "--plot", f"unknown plot format '{fmt or path}'; use a .png or .svg file")
     try:
         from matplotlib.figure import Figure
+        from matplotlib.ticker import StrMethodFormatter
     except ImportError:
         raise InputError("--plot", "", "matplotlib is not installed; pip install 'ftopt[plot]'") from None
     fig = Figure(figsize=(9, 6), dpi=110)
@@ -288,12 +297,19 @@ def plot_front(result: ParetoResult, path: str | Path) -> None:
         if i == result.chosen:
             ax.scatter([h], [c], s=160, facecolors="none", edgecolors="tab:red", linewidths=2, zorder=4,
                        label=f"chosen (objective {result.scenario.objective.value})")  # fmt: skip
+    # a limit far beyond the front would squash it: drawn only within OFF_SCALE x the largest value, else named
     if result.budget is not None:
-        ax.axhline(result.budget, color="tab:green", linestyle="--", linewidth=1,
-                   label=f"budget {result.budget:,.0f} {result.currency}")  # fmt: skip
+        label = f"budget {result.budget:,.0f} {result.currency}"
+        if result.budget <= OFF_SCALE * max(result.costs, default=result.budget):
+            ax.axhline(result.budget, color="tab:green", linestyle="--", linewidth=1, label=label)
+        else:
+            ax.plot([], [], " ", label=f"{label} (far above)")
     if result.deadline_hours is not None:
-        ax.axvline(result.deadline_hours, color="tab:orange", linestyle="--", linewidth=1,
-                   label=f"deadline {result.deadline_hours:g} h")  # fmt: skip
+        label = f"deadline {result.deadline_hours:g} h"
+        if result.deadline_hours <= OFF_SCALE * max(result.hours, default=result.deadline_hours):
+            ax.axvline(result.deadline_hours, color="tab:orange", linestyle="--", linewidth=1, label=label)
+        else:
+            ax.plot([], [], " ", label=f"{label} (far right)")
     spread = max(result.costs, default=1) / max(min(result.costs, default=1), 1e-9)
     if spread > 20:
         ax.set_yscale("log")
@@ -302,9 +318,10 @@ def plot_front(result: ParetoResult, path: str | Path) -> None:
     ax.margins(x=0.08, y=0.08)
     ax.set_xlabel("wall-clock hours")
     ax.set_ylabel(f"total cost ({result.currency})")
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     ax.set_title(f"{result.scenario.name}: cost versus time ({len(result.estimates)} non-dominated plans)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, metadata={"Software": None} if fmt == "png" else {"Date": None})

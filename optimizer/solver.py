@@ -26,6 +26,11 @@ Objective (lexicographic, one stage per level, each stage fixing the previous op
 where rank orders candidates by (gpu id, offer id, cards), a deterministic tie-break.
 
 The nonlinear models never enter CP-SAT: they were evaluated in space.py; CP-SAT sees linear sums of booleans.
+
+Status (status_of): OPTIMAL -> optimal; FEASIBLE, CP-SAT stopped by the time limit with a plan -> feasible, with
+the proven lower bound of the first objective; UNKNOWN, stopped before any plan -> SolverLimitError (one line);
+INFEASIBLE -> infeasible, with the assumption literals of a sufficient core (explain.py shrinks it). The time limit
+bounds the whole lexicographic solve: each level gets what the previous ones left.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
-from optimizer.errors import SolverLimitError
+from optimizer.errors import InputError, SolverLimitError
 from optimizer.schema import Objective, Status
 from optimizer.space import Space
 
@@ -50,6 +55,12 @@ class SolverSettings:
     workers: int = 1
     seed: int = 0
     model_path: str | None = None  # write the model here (debugging)
+
+    def __post_init__(self) -> None:
+        """A time limit CP-SAT would reject (NaN, infinite, not positive) is a user error, not a crash."""
+        if not (math.isfinite(self.time_limit_s) and self.time_limit_s > 0):
+            raise InputError("command line", "--time-limit", f"must be a finite number of seconds > 0, "
+                             f"got {self.time_limit_s}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -208,21 +219,6 @@ def status_of(code: int) -> Status | None:
     raise RuntimeError(f"CP-SAT rejected the model (status {code}); this is a bug in solver._build")
 
 
-def _admissible(cols: _Columns, subset: np.ndarray, limits: Limits) -> np.ndarray:
-    """Candidates of ``subset`` that satisfy every active limit (plain numpy; seeds the search hint)."""
-    ok = subset.copy()
-    if limits.gpus is not None:
-        ok &= np.array([g in limits.gpus for g in cols.gpu_id], dtype=bool)
-    if limits.providers is not None:
-        ok &= np.array([p in limits.providers for p in cols.provider], dtype=bool)
-    for name, var in (("max_cards", "cards"), ("max_nodes", "nodes"), ("budget_cents", "cost_cents"),
-                      ("deadline_s", "time_s")):  # fmt: skip
-        bound = getattr(limits, name)
-        if bound is not None:
-            ok &= cols.values[var] <= int(bound)
-    return ok
-
-
 def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSettings = SolverSettings(),
           subset: np.ndarray | None = None) -> Outcome:  # fmt: skip
     """Lexicographic optimum over the candidates in ``subset`` (default all) under ``limits``.
@@ -238,11 +234,6 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
         return Outcome(Status.infeasible, None)
     model, pick, lits, x = _build(cols, subset, limits)
     model.add_assumptions(list(lits.values()))
-    hint = np.flatnonzero(_admissible(cols, subset, limits))
-    if hint.size:  # a cheap greedy plan (the first admissible in rank order) as a starting solution
-        first = int(hint[np.argmin(cols.rank[hint])])
-        for i, var in pick.items():
-            model.add_hint(var, i == first)
     levels = ["cost_cents", "time_s"] if objective is Objective.cost else ["time_s", "cost_cents"]
     started = time.monotonic()
     status = Status.optimal

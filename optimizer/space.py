@@ -26,6 +26,9 @@ from optimizer.errors import InputError, SolverLimitError, did_you_mean
 from optimizer.schema import Gpu, Method, Offer, Offload, Precision, Scenario
 
 MAX_CANDIDATES = 4_000_000  # ~100 bytes x 40 columns each: stays well under 2 GiB of numpy temporaries
+# Planning horizon: plans running longer are dropped before billing (the bill's day table grows with the hours,
+# and no rental job runs for years); when every plan is longer, the scenario is an input error naming the data.
+MAX_JOB_HOURS = 100 * 8760
 ZERO_OFFLOAD = [(0, Offload.none), (1, Offload.none), (1, Offload.optimizer), (2, Offload.none),
                 (2, Offload.optimizer), (3, Offload.none), (3, Offload.optimizer), (3, Offload.all)]  # fmt: skip
 TP_CHOICES = (1, 2, 4, 8)
@@ -361,6 +364,12 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
         if rows.any():
             need[g.id] = min(need.get(g.id, 2**62), int(ev.mem["total"][rows].min()))
     keep = prune(ev)
+    keep = keep[ev.time["hours"][keep] <= MAX_JOB_HOURS] if keep.size else keep
+    if keep.size == 0 and ev.fits.any():
+        fastest = float(ev.time["hours"][ev.fits].min())
+        if fastest > MAX_JOB_HOURS:
+            raise InputError(source, "data", f"the fastest plan that fits takes {fastest:,.0f} hours, more "
+                             f"than the {MAX_JOB_HOURS:,} hours (100 years) ftopt plans for; reduce the data")
     cand = ev.take(keep)
     terms = frozenset([scenario.plan.term]) if scenario.plan.term else None
     totals = np.zeros(len(cand))

@@ -163,11 +163,13 @@ def optimizer_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str,
 def param_offload_seconds(job: Job, cfg: Configs, hw: Hardware) -> np.ndarray:
     """Offload 'all': seconds per micro-batch to stream the parameters from the host, (n,).
 
-    The rank's 16-bit parameter shard crosses PCIe host->GPU for the forward and for the backward of every
-    micro-batch: 2 x 2 P / (t p d) / PCIe (FSDP CPUOffload, ZeRO-3 offload_param; formulas.md Part II 3.3).
+    The rank's parameter shard crosses PCIe host->GPU for the forward and for the backward of every micro-batch:
+    2 x B_w x P / (t p d) / PCIe, with B_w the stored width of the weights (2 B, or 0.5 B for an NF4 base) (FSDP
+    CPUOffload, ZeRO-3 offload_param; formulas.md Part II 3.3).
     """
+    base_bytes = 2.0 if job.base_bits == 16 else job.base_bits / 8.0
     local = job.arch.total_params / (cfg.tp * cfg.pp * cfg.dp).astype(np.float64)
-    return np.where(cfg.offload == _ALL, 4.0 * local / hw.pcie_bytes_per_s, 0.0)
+    return np.where(cfg.offload == _ALL, 2.0 * base_bytes * local / hw.pcie_bytes_per_s, 0.0)
 
 
 def step_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:

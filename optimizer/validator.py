@@ -2,9 +2,10 @@
 
 :func:`check_plan` takes a scenario, a catalog and an :class:`~optimizer.schema.Estimate` (what ``solve`` or
 ``estimate`` returned) and lists every rule the plan breaks, one message per violation; an empty list means the
-plan is valid. It does not use space.py or solver.py (the code it checks): it rebuilds the job, the one-row
-configuration and the hardware itself, evaluates the pure models with arrays of length 1, re-bills the hours and
-re-derives each constraint of DESIGN.md sections 2 and 5 (cpsat-primer's validation.py, one function per rule).
+plan is valid. It does not use the enumeration, pruning, billing or solver it checks: it rebuilds the job and the
+one-row configuration itself, evaluates the pure models with arrays of length 1 (the hardware row comes from
+space.hardware, the one place where link bandwidths are derated), re-bills the hours and re-derives each
+constraint of DESIGN.md sections 2 and 5 (cpsat-primer's validation.py, one function per rule).
 
 :func:`validate_catalog_files` runs the catalog loader's pydantic models on gpus, offers, models and fx files
 (``ftopt catalog validate``).

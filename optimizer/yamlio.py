@@ -116,8 +116,9 @@ def read_yaml(path: str | Path) -> Any:
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
         column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
-        raise InputError(label, "", f"line {line}, column {column}: character {exc.character!r} is not allowed in YAML "
-                         "(control characters)") from None  # fmt: skip
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise InputError(label, "", f"line {line}, column {column}: control character U+{char:04X} is not allowed "
+                         "in YAML") from None  # fmt: skip
     except (yaml.YAMLError, RecursionError, ValueError, TypeError, OverflowError) as exc:
         raise InputError(label, "", f"malformed YAML: {exc}") from None
     try:

@@ -9,8 +9,8 @@ what the framework's own logger or the source's usual instrument reports: torcht
 docs' screenshots, LLaMA-Factory's GRAM column) are device-level totals (nvidia-smi). Units as the source gives
 them (GB = 1e9, GiB = 2^30).
 
-Split: the constants fitted to cases (``logits_bytes_per_vocab_token``, ``context_bytes``, ``fragmentation``,
-``ds_bucket_bytes``, ``fsdp_live_units``) were chosen on the ``tuned`` cases only; HELD_OUT was fixed before that
+Split: the constants fitted to cases (``logits_bytes_per_vocab_token`` standard and chunked, ``context_bytes``,
+``fragmentation``, ``fsdp_live_units``) were chosen on the ``tuned`` cases only; HELD_OUT was fixed before that
 fit, about a third of the measured cases, at least one from each source.
 """
 
@@ -120,7 +120,9 @@ def summary(results: list[CaseResult], split: str | None = None) -> dict[str, fl
 
 
 def rule_of_thumb_gb(case: dict[str, Any]) -> float:
-    """The seeds' rules of thumb in GB, midpoints: full 16 x params(B), LoRA 5 x, QLoRA 2.5 x (per GPU: / cards)."""
+    """The seeds' rules of thumb per GPU in GB, at their midpoints: full fine-tuning 16 GB per billion parameters
+    (the seeds' "params x 16"), LoRA 5 (their 4-6), QLoRA 2.5 (their 2-3); divided by the card count (the most
+    charitable reading for sharded runs)."""
     sc = case["scenario"]
     per_b = {"full": 16.0, "lora": 5.0, "qlora": 2.5}[sc["method"]]
-    return per_b * sc["model"]["params"] / 1e9
+    return per_b * sc["model"]["params"] / 1e9 / sc["plan"]["cards"]

@@ -39,3 +39,10 @@ def test_ray_batch_resumes_from_the_local_output(local_ray, tmp_path: Path):
     run_batch(paths[:2], out, workers=1)
     summary = run_batch(paths, out, backend=Backend.ray)
     assert (summary.skipped, summary.solved) == (2, 2)
+
+
+def test_batch_cli_runs_on_ray(local_ray, run_cli, tmp_path: Path):
+    out = tmp_path / "results.csv"
+    res = run_cli("batch", REPO / "scenarios" / "7b-qlora.yaml", "-o", out, "--backend", "ray")
+    assert res.exit_code == 0, res.output
+    assert out.read_text().splitlines()[1].split(",")[2] == "optimal"

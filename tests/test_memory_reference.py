@@ -41,8 +41,8 @@ def test_estimate_accepts_every_reference_case(case, tmp_path):
     path.write_text(yaml.safe_dump(case["scenario"], sort_keys=False))
     est = estimate_scenario(path, {})
     assert set(est.memory.model_dump()) == MEMORY_KEYS
-    assert est.memory.total == sum(getattr(est.memory, k) for k in
-                                   ("weights", "gradients", "optimizer", "activations", "logits", "overhead"))  # fmt: skip
+    components = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+    assert est.memory.total == sum(getattr(est.memory, k) for k in components)
 
 
 def test_estimate_cli_answers_a_reference_case_with_the_json_contract(run_cli, tmp_path):
@@ -63,13 +63,17 @@ def test_boundary_case_holds(case_id):
 @pytest.mark.parametrize("case_id", [c["id"] for c in CASES if c["kind"] != "boundary" and c["id"] not in KNOWN_GAPS])
 def test_case_within_25_percent(case_id):
     r = RESULTS[case_id]
-    assert abs(r.error) <= 0.25, f"{case_id}: predicted {r.predicted:.2f}, measured {r.measured} {r.unit} ({r.error:+.1%})"
+    assert abs(r.error) <= 0.25, (
+        f"{case_id}: predicted {r.predicted:.2f}, measured {r.measured} {r.unit} ({r.error:+.1%})"
+    )
 
 
 @pytest.mark.parametrize("case_id", sorted(KNOWN_GAPS))
-def test_known_gap_stays_within_75_percent(case_id):
+def test_known_gap_stays_within_100_percent(case_id):
     r = RESULTS[case_id]
-    assert abs(r.error) <= 0.75, f"{case_id}: predicted {r.predicted:.2f}, measured {r.measured} {r.unit} ({r.error:+.1%})"
+    assert abs(r.error) <= 1.0, (
+        f"{case_id}: predicted {r.predicted:.2f}, measured {r.measured} {r.unit} ({r.error:+.1%})"
+    )
 
 
 def test_median_error_on_tuned_cases_is_at_most_10_percent():
@@ -77,6 +81,11 @@ def test_median_error_on_tuned_cases_is_at_most_10_percent():
     assert s["median"] <= 0.10, s
 
 
-def test_median_error_on_held_out_cases_is_at_most_20_percent():
+def test_median_error_on_held_out_cases_is_at_most_15_percent():
     s = summary(list(RESULTS.values()), "held-out")
-    assert s["median"] <= 0.20, s
+    assert s["median"] <= 0.15, s
+
+
+def test_median_error_over_all_measured_cases_is_at_most_10_percent():
+    s = summary(list(RESULTS.values()))
+    assert s["median"] <= 0.10, s

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -224,6 +225,7 @@ def test_pareto_table_marks_the_chosen_plan(run_cli):
     res = run_cli("pareto", REPO / "scenarios" / "70b.yaml")
     assert res.exit_code == 0
     assert "non-dominated plans" in res.stdout and "proven optimal" in res.stdout
+    assert len(re.findall(r"^ \* ", res.stdout, re.M)) == 1  # one row starts with the chosen marker
 
 
 def test_pareto_help_ends_with_examples(run_cli):

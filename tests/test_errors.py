@@ -1,0 +1,157 @@
+"""Bad input gets one line naming file and field, exit status 2, no traceback (DESIGN.md section 8).
+
+The corpus lives in tests/bad_inputs/; its manifest.yaml names, for every case, the field the message must name
+and text the problem must contain.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from optimizer import yamlio
+from optimizer.errors import InputError, did_you_mean
+from optimizer.schema import Budget, Scenario
+
+from .conftest import REPO, scenario_doc
+
+CORPUS = REPO / "tests" / "bad_inputs"
+CASES: list[dict[str, Any]] = yaml.safe_load((CORPUS / "manifest.yaml").read_text(encoding="utf-8"))["cases"]
+
+
+def _case_id(case: dict[str, Any]) -> str:
+    return "-".join([Path(case["file"]).stem, *[str(a).strip("-") for a in case.get("args", [])]])
+
+
+def _run_case(case: dict[str, Any], run_cli, tmp_path: Path) -> tuple[Any, Path]:
+    path = CORPUS / case["file"]
+    if case.get("make") == "huge":
+        path = tmp_path / case["file"]
+        path.write_text((CORPUS / "_good.yaml").read_text() + "#" + "x" * (5 * 1024 * 1024) + "\n")
+    if case.get("run") == "offers":
+        return run_cli("solve", CORPUS / "_good.yaml", "--catalog", path, *case.get("args", [])), path
+    return run_cli("solve", path, *case.get("args", [])), path
+
+
+# ------------------------------------------------------------------------------------------------ the corpus
+
+
+def test_corpus_has_at_least_forty_cases():
+    assert len(CASES) >= 40
+
+
+def test_every_corpus_file_is_a_case_or_a_helper():
+    listed = {c["file"] for c in CASES}
+    helpers = {p.name for p in CORPUS.iterdir() if p.name.startswith(("_", "hf_")) or p.name == "manifest.yaml"}
+    assert {p.name for p in CORPUS.iterdir()} - helpers <= listed
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_bad_input_exits_2_with_one_line_naming_the_field(case, run_cli, tmp_path):
+    result, path = _run_case(case, run_cli, tmp_path)
+    named = CORPUS / case["names"] if "names" in case else path
+    lines = result.stderr.splitlines()
+    assert result.exit_code == 2, result.stderr
+    assert len(lines) == 1, result.stderr
+    prefix = f"ftopt: error: {named}: " + (f"{case['field']}: " if case["field"] else "")
+    assert lines[0].startswith(prefix), f"{lines[0]!r} does not start with {prefix!r}"
+    assert case["says"] in lines[0]
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["file"] == "s_method_typo.yaml"], ids=_case_id)
+def test_bad_input_writes_nothing_to_stdout(case, run_cli, tmp_path):
+    result, _ = _run_case(case, run_cli, tmp_path)
+    assert result.stdout == ""
+
+
+# ------------------------------------------------------------------------------------------------ estimate
+
+
+def test_estimate_with_tp_not_dividing_heads_names_plan_tp(run_cli, write_scenario):
+    path = write_scenario()
+    result = run_cli("estimate", path, "--gpu", "A100-80G", "--cards", "8", "--tp", "3", "--micro-batch", "1")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"ftopt: error: {path}: plan.tp: tp=3 must divide the attention heads")
+
+
+def test_estimate_with_micro_batch_not_dividing_names_plan_micro_batch(run_cli, write_scenario):
+    path = write_scenario()  # global batch 32 over 8 cards: 4 sequences per rank
+    result = run_cli("estimate", path, "--gpu", "A100-80G", "--cards", "8", "--micro-batch", "3")
+    assert result.exit_code == 2
+    assert f"{path}: plan.micro_batch: micro_batch=3 must divide global_batch / dp = 4" in result.stderr
+
+
+def test_estimate_with_unknown_gpu_suggests_the_nearest(run_cli, write_scenario):
+    path = write_scenario()
+    result = run_cli("estimate", path, "--gpu", "H10O-SXM", "--cards", "1", "--micro-batch", "1")
+    assert result.exit_code == 2
+    assert "plan.gpu: unknown GPU 'H10O-SXM', did you mean 'H100-SXM'?" in result.stderr
+
+
+def test_click_usage_error_is_one_line_with_exit_2(run_cli, write_scenario):
+    result = run_cli("solve", write_scenario(), "--objective", "money")
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "'money' is not one of 'cost', 'time'" in result.stderr
+
+
+# ------------------------------------------------------------------------------------------------ yamlio units
+
+
+def test_alias_bomb_is_refused_without_expanding_it(tmp_path):
+    levels = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 12)
+    )  # 10^12 values once expanded
+    path = tmp_path / "bomb.yaml"
+    path.write_text(levels)
+    with pytest.raises(InputError, match="aliases expand to more than"):
+        yamlio.read_yaml(path)
+
+
+def test_a_few_aliases_are_accepted(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text("base: &b {amount: 1.5, source: here}\nhour: *b\nday: *b\n")
+    assert yamlio.read_yaml(path)["day"] == {"amount": 1.5, "source": "here"}
+
+
+def test_utf8_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "bom.yaml"
+    path.write_bytes(b"\xef\xbb\xbf" + yaml.safe_dump(scenario_doc()).encode())
+    assert yamlio.read_yaml(path)["seq_len"] == 2048
+
+
+def test_duplicate_key_error_gives_line_and_column(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("a: 1\nb:\n  c: 2\n  c: 3\n")
+    with pytest.raises(InputError, match=r"dup\.yaml: line 4, column 3: malformed YAML: duplicate key 'c'"):
+        yamlio.read_yaml(path)
+
+
+def test_misspelt_key_reports_the_unknown_key_not_the_missing_one():
+    doc = scenario_doc(seq_len=None, seq_lenn=2048)
+    with pytest.raises(InputError, match=r"^s\.yaml: seq_lenn: unknown key, did you mean 'seq_len'\?"):
+        yamlio.validate(Scenario, doc, "s.yaml")
+
+
+def test_command_line_value_is_checked_against_the_schema_field():
+    with pytest.raises(InputError, match=r"^s\.yaml: --budget: must be > 0, got -1"):
+        yamlio.validate_value(Budget, "amount", -1.0, "s.yaml", "--budget")
+
+
+def test_command_line_value_that_validates_is_returned():
+    assert yamlio.validate_value(Budget, "amount", 12.5, "s.yaml", "--budget") == 12.5
+
+
+def test_did_you_mean_ignores_case():
+    assert did_you_mean("a100-80g", ["A100-80G", "H100-SXM"]) == ", did you mean 'A100-80G'?"
+
+
+def test_did_you_mean_is_empty_when_nothing_is_close():
+    assert did_you_mean("zzzz", ["A100-80G", "H100-SXM"]) == ""
+
+
+def test_error_message_with_newlines_becomes_one_line():
+    assert "\n" not in str(InputError("a.yaml", "name", "bad\nvalue\n'x\ny'"))

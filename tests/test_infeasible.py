@@ -1,0 +1,216 @@
+"""Infeasible scenarios say which constraint binds and give a relaxation that, applied, makes them feasible.
+
+Every relaxation is checked by re-solving the scenario with it applied (and, for budget and deadline, by checking
+that one cent or 0.01 h less is still infeasible, so the figure is the smallest).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optimizer.planner import Overrides, solve_scenario
+from optimizer.schema import Objective, Status
+
+SMALL = {"gpus": ["A100-80G", "H100-SXM"]}  # two GPU types keep every solve fast and leave a cost/time trade-off
+
+
+def _in_budget_currency(est) -> float:
+    """The plan's cost in the budget's currency (offers may be priced in another one)."""
+    return est.cost.budget_currency_total if est.cost.budget_currency_total is not None else est.cost.total
+
+
+def _with(path, **overrides):
+    """Re-solve a scenario file with command-line overrides (--budget, --deadline-hours)."""
+    return solve_scenario(path, Overrides(**overrides))
+
+
+@pytest.fixture
+def solve_doc(write_scenario):
+    """Write a scenario (BASE_SCENARIO with changes; allow = SMALL unless given) and solve it: (path, result)."""
+    count = iter(range(100))
+
+    def _run(**changes):
+        path = write_scenario(f"s{next(count)}.yaml", allow=changes.pop("allow", SMALL), **changes)
+        return path, solve_scenario(path)
+
+    return _run
+
+
+# ------------------------------------------------------------------------------------------------ budget
+
+
+def test_budget_too_small_binds_the_budget(solve_doc):
+    _, result = solve_doc(budget={"amount": 0.01, "currency": "USD"})
+    assert result.best.status is Status.infeasible
+    assert result.relaxation.binding == ["budget.amount"]
+
+
+def test_budget_needed_applied_makes_the_scenario_feasible(solve_doc):
+    path, result = solve_doc(budget={"amount": 0.01, "currency": "USD"})
+    fixed = _with(path, budget=result.relaxation.budget_needed)
+    assert fixed.best.status is Status.optimal
+    assert _in_budget_currency(fixed.best) <= result.relaxation.budget_needed
+
+
+def test_budget_needed_is_the_smallest_budget_that_works(solve_doc):
+    path, result = solve_doc(budget={"amount": 0.01, "currency": "USD"})
+    less = _with(path, budget=round(result.relaxation.budget_needed - 0.01, 2))
+    assert less.best.status is Status.infeasible
+
+
+def test_budget_message_states_the_figure_and_currency(solve_doc):
+    rel = solve_doc(budget={"amount": 0.01, "currency": "USD"})[1].relaxation
+    assert f"costs {rel.budget_needed:,.2f} USD (budget 0.01 USD)" in rel.message
+
+
+# ------------------------------------------------------------------------------------------------ deadline
+
+
+def test_deadline_too_short_binds_the_deadline(solve_doc):
+    _, result = solve_doc(deadline_hours=0.01)
+    assert result.relaxation.binding == ["deadline_hours"]
+    assert result.relaxation.deadline_needed_hours > 0.01
+
+
+def test_deadline_needed_applied_makes_the_scenario_feasible(solve_doc):
+    path, result = solve_doc(deadline_hours=0.01)
+    fixed = _with(path, deadline_hours=result.relaxation.deadline_needed_hours)
+    assert fixed.best.status is Status.optimal
+    assert fixed.best.time.hours <= result.relaxation.deadline_needed_hours
+
+
+def test_deadline_needed_is_the_shortest_deadline_that_works(solve_doc):
+    path, result = solve_doc(deadline_hours=0.01)
+    less = _with(path, deadline_hours=round(result.relaxation.deadline_needed_hours - 0.01, 2))
+    assert less.best.status is Status.infeasible
+
+
+# ------------------------------------------------------------------------------------------------ both
+
+
+@pytest.fixture
+def trade_off(solve_doc):
+    """Budget = the cheapest plan's cost, deadline = the fastest plan's time: each alone is met, not both."""
+    cheapest = solve_doc(objective="cost")[1].best
+    fastest = solve_doc(objective="time")[1].best
+    low, high = _in_budget_currency(cheapest), _in_budget_currency(fastest)
+    assert high > low + 0.01 and cheapest.time.hours > fastest.time.hours + 0.01
+    path, result = solve_doc(budget={"amount": low + 0.01, "currency": "USD"},
+                             deadline_hours=round(fastest.time.hours + 0.01, 2))  # fmt: skip
+    assert result.best.status is Status.infeasible
+    return path, result
+
+
+def test_budget_and_deadline_binding_together_are_both_reported(trade_off):
+    rel = trade_off[1].relaxation
+    assert rel.binding == ["budget.amount", "deadline_hours"]
+    assert "either change alone makes the scenario feasible" in rel.message
+
+
+def test_joint_budget_needed_keeps_the_deadline_and_is_enough(trade_off):
+    path, result = trade_off
+    fixed = _with(path, budget=result.relaxation.budget_needed)
+    assert fixed.best.status is Status.optimal
+    assert fixed.best.time.hours <= result.scenario.deadline_hours
+
+
+def test_joint_deadline_needed_keeps_the_budget_and_is_enough(trade_off):
+    path, result = trade_off
+    fixed = _with(path, deadline_hours=result.relaxation.deadline_needed_hours)
+    assert fixed.best.status is Status.optimal
+    assert _in_budget_currency(fixed.best) <= result.scenario.budget.amount
+
+
+def test_budget_and_deadline_each_hopeless_give_a_pair_that_works_together(solve_doc):
+    path, result = solve_doc(budget={"amount": 0.01, "currency": "USD"}, deadline_hours=0.001)
+    rel = result.relaxation
+    assert rel.binding == ["budget.amount", "deadline_hours"]
+    fixed = _with(path, budget=rel.budget_needed, deadline_hours=rel.deadline_needed_hours)
+    assert fixed.best.status is Status.optimal
+
+
+# ------------------------------------------------------------------------------------------------ memory
+
+
+@pytest.fixture
+def too_big_for_a_4090(solve_doc):
+    """Full fine-tuning of 8B on one card without ZeRO: about 16 bytes per parameter, over 120 GiB."""
+    return solve_doc(method="full", lora=None, allow=None, plan={"gpu": "RTX-4090", "cards": 1, "zero_stage": 0})[1]
+
+
+def test_model_too_big_for_the_card_binds_memory(too_big_for_a_4090):
+    rel = too_big_for_a_4090.relaxation
+    assert rel.binding == ["memory"]
+    assert rel.memory_needed_bytes > 24 * 2**30
+    assert rel.gpus_that_fit
+
+
+def test_every_gpu_that_fits_makes_the_scenario_feasible(too_big_for_a_4090, write_scenario):
+    for gpu in too_big_for_a_4090.relaxation.gpus_that_fit:
+        path = write_scenario(method="full", lora=None, plan={"gpu": gpu, "cards": 1, "zero_stage": 0})
+        assert solve_scenario(path).best.status is Status.optimal, gpu
+
+
+def test_memory_needed_fits_every_gpu_that_fits(too_big_for_a_4090, catalog):
+    rel = too_big_for_a_4090.relaxation
+    for gpu in rel.gpus_that_fit:
+        assert catalog.gpus[gpu].memory_gib * 2**30 * 0.95 >= rel.memory_needed_bytes
+
+
+def test_model_too_big_for_every_card_says_no_gpu_fits(solve_doc):
+    _, result = solve_doc(model="Llama-3.1-70B", method="full", lora=None, allow=None,
+                          plan={"cards": 1, "zero_stage": 0})  # fmt: skip
+    rel = result.relaxation
+    assert rel.binding == ["memory"] and rel.gpus_that_fit == []
+    assert rel.memory_needed_bytes > 192 * 2**30  # more than the largest card in the catalog (MI300X)
+    assert "no GPU in the catalog fits" in rel.message
+
+
+# ------------------------------------------------------------------------------------------------ allow-lists
+
+
+def test_gpu_allow_list_that_excludes_every_fitting_plan_names_gpus_that_would(solve_doc, write_scenario):
+    pins = {"cards": 1, "zero_stage": 0}
+    _, result = solve_doc(method="full", lora=None, allow={"gpus": ["RTX-4090"]}, plan=pins)
+    rel = result.relaxation
+    assert rel.binding == ["allow.gpus"] and rel.gpus_that_fit
+    fixed = write_scenario(method="full", lora=None, allow={"gpus": rel.gpus_that_fit[:1]}, plan=pins)
+    assert solve_scenario(fixed).best.status is Status.optimal
+
+
+def test_gpu_allow_list_and_budget_binding_together_are_fixed_by_both_figures(solve_doc, write_scenario):
+    pins = {"cards": 1, "zero_stage": 0}
+    tight = {"amount": 0.01, "currency": "USD"}
+    _, result = solve_doc(method="full", lora=None, allow={"gpus": ["RTX-4090"]}, plan=pins, budget=tight)
+    rel = result.relaxation
+    assert rel.binding == ["allow.gpus", "budget.amount"]
+    assert "with allow.gpus relaxed, budget too small" in rel.message
+    fixed = write_scenario(method="full", lora=None, allow={"gpus": rel.gpus_that_fit}, plan=pins,
+                           budget={"amount": rel.budget_needed, "currency": "USD"})  # fmt: skip
+    assert solve_scenario(fixed).best.status is Status.optimal
+
+
+def test_provider_allow_list_alone_is_reported(solve_doc):
+    _, result = solve_doc(allow={"gpus": ["A100-80G"], "providers": ["NoSuchCloud"]})
+    assert result.relaxation.binding == ["allow.providers"]
+
+
+# ------------------------------------------------------------------------------------------------ JSON
+
+
+def test_infeasible_solve_json_carries_the_explanation(run_cli, write_scenario):
+    path = write_scenario(allow=SMALL, deadline_hours=0.01)
+    result = run_cli("solve", path, "--json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 0 and doc["status"] == "infeasible" and doc["plan"] is None
+    assert doc["explanation"]["binding"] == ["deadline_hours"]
+    assert doc["explanation"]["deadline_needed_hours"] > 0.01
+    assert doc["explanation"]["currency"] == "USD"
+
+
+def test_objective_time_reports_the_same_deadline_needed(solve_doc):
+    by_cost = solve_doc(deadline_hours=0.01)[1].relaxation
+    by_time = solve_doc(deadline_hours=0.01, objective=Objective.time.value)[1].relaxation
+    assert by_cost.deadline_needed_hours == by_time.deadline_needed_hours
