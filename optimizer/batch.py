@@ -30,7 +30,6 @@ import json
 import multiprocessing
 import os
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -39,10 +38,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from optimizer.atomic import write_atomic
 from optimizer.catalog import resolve_model
 from optimizer.errors import FtoptError, InputError
+from optimizer.explain import check_pins, explain
 from optimizer.pareto import relevant
-from optimizer.planner import _explain, canonical_allow, prepare, to_estimate
+from optimizer.planner import canonical_allow, named_limits, prepare, to_estimate
 from optimizer.solver import SolverSettings, limits_from, solve
 from optimizer.space import build
 
@@ -101,14 +102,19 @@ def solve_row(path: str, settings: SolverSettings = DEFAULT_SETTINGS) -> Row:
         sc, catalog, source = prepare(path)
         row["name"] = sc.name
         arch = resolve_model(sc, catalog, path)
-        space = build(sc, catalog, arch, source)
-        limits = limits_from(space, canonical_allow(sc, catalog, source))
-        out = solve(space, sc.objective, limits, settings, subset=relevant(space, limits))
+        allow = canonical_allow(sc, catalog, source)
+        with named_limits(source):
+            space = build(sc, catalog, arch, source)
+            limits = limits_from(space, allow)
+            check_pins(space, source)
+            out = solve(space, sc.objective, limits, settings, subset=relevant(space, limits))
+            rel = explain(space, sc.objective, limits, settings, catalog, source) if out.index is None else None
         row["currency"] = space.currency
-        if out.index is None:
+        if rel is not None:
             row["status"] = "infeasible"
-            row["error"] = _explain(space, sc.objective, limits, settings, catalog).message
+            row["error"] = rel.message
             return row
+        assert out.index is not None
         est = to_estimate(space, out.index, out.status)
         p = est.plan
         assert p is not None and est.time is not None
@@ -192,23 +198,6 @@ def final_rows(rows: Iterable[Row]) -> list[Row]:
     return [latest[k] for k in sorted(latest)]
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` through a temporary file and a rename.
-
-    The result stream's own writer: batch sits below report in the import order, so it cannot borrow
-    report.write_atomic.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 # ------------------------------------------------------------------------------------------------ backends
 
 
@@ -269,8 +258,12 @@ def _ray_rows(paths: list[str], workers: int, address: str | None, settings: Sol
         ) from None
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
-                 log_to_driver=False, logging_level="ERROR")  # fmt: skip
+        try:
+            ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
+                     log_to_driver=False, logging_level="ERROR")  # fmt: skip
+        except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError... for a bad address
+            where = f"cannot reach the Ray cluster at '{address}'" if address else "cannot start a local Ray"
+            raise InputError("--address" if address else "--backend", "", f"{where}: {exc}") from None
     task = ray.remote(num_cpus=1)(_solve_in)
     refs = [task.remote(os.getcwd(), p, settings) for p in paths]
     pending = list(refs)
@@ -343,7 +336,7 @@ def run_batch(
     todo = [p for p in paths if os.path.realpath(p) not in done]
     kept = [r for r in previous if os.path.realpath(str(r["scenario"])) not in wanted or r["status"] != "error"]
     if output is not None:
-        _write_atomic(Path(output), render_rows(final_rows(kept), fmt))  # repaired: whole lines, no stale errors
+        write_atomic(Path(output), render_rows(final_rows(kept), fmt))  # repaired: whole lines, no stale errors
     if on_start is not None:
         on_start(len(todo), len(paths) - len(todo))
     fresh: list[Row] = []
@@ -377,4 +370,4 @@ def _stream(todo: list[str], output: str | Path | None, fmt: str, workers: int, 
         rows.close()  # stops the pool or cancels the Ray tasks still pending
         if stream is not None:
             stream.close()
-            _write_atomic(Path(output), render_rows(final_rows(read_rows(output)), fmt))  # type: ignore[arg-type]
+            write_atomic(Path(output), render_rows(final_rows(read_rows(output)), fmt))  # type: ignore[arg-type]

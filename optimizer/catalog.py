@@ -168,8 +168,10 @@ def load_catalog(offer_files: list[str | Path] | None = None, root: Path = CATAL
 
 
 def scenario_offer_files(scenario: Scenario, scenario_path: str | Path | None) -> list[Path] | None:
-    """The offer files a scenario names, resolved against the working directory, the scenario's folder, then the
-    ftopt checkout (so ``catalog: catalogs/offers/cn.yaml`` works from any directory)."""
+    """The offer files a scenario names, resolved in order against the working directory, the scenario's folder.
+
+    Then the ftopt checkout, so that ``catalog: catalogs/offers/cn.yaml`` works from any directory.
+    """
     if scenario.catalog is None:
         return None
     names = [scenario.catalog] if isinstance(scenario.catalog, str) else scenario.catalog

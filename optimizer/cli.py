@@ -12,7 +12,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from optimizer import report
+from optimizer import report, report_batch, report_catalog, report_front
 from optimizer.catalog import load_catalog
 from optimizer.errors import FtoptError
 from optimizer.planner import Overrides, estimate_scenario, solve_scenario
@@ -29,7 +29,7 @@ Examples:
 ESTIMATE_EXAMPLES = """\b
 Examples:
   ftopt estimate scenarios/7b-lora.yaml --gpu RTX-4090 --cards 1 --micro-batch 2 --checkpointing full
-  ftopt estimate scenarios/70b.yaml --gpu A100-80G --cards 8 --zero 3 --offload optimizer --micro-batch 1 --checkpointing full --json
+  ftopt estimate scenarios/70b.yaml --gpu A100-80G --cards 8 --zero 3 --offload optimizer --micro-batch 1 --json
 """
 
 
@@ -135,13 +135,13 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
     ov = Overrides(None, budget, deadline_hours, list(catalogs) or None)
     result = pareto_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit))
     if plot_path:
-        report.plot_front(result, plot_path)
+        report_front.plot_front(result, plot_path)
     if csv_path:
-        report.write_atomic(csv_path, report.pareto_csv(result))
+        report.write_atomic(csv_path, report_front.pareto_csv(result))
     if as_json:
-        click.echo(report.dumps(report.pareto_json(result)), nl=False)
+        click.echo(report.dumps(report_front.pareto_json(result)), nl=False)
     else:
-        report.print_pareto(result, Console())
+        report_front.print_pareto(result, Console())
 
 
 @cli.command(epilog=BATCH_EXAMPLES)
@@ -160,10 +160,10 @@ def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, b
     if output:
         output_format(output)
     err = Console(stderr=True)
-    with report.batch_progress(err) as (on_start, on_row):
+    with report_batch.batch_progress(err) as (on_start, on_row):
         summary = run_batch(paths, output, workers, Backend(backend), address, SolverSettings(time_limit_s=time_limit),
                             on_start, on_row)  # fmt: skip
-    report.print_batch_summary(summary, output, Console() if output is None else err)
+    report_batch.print_batch_summary(summary, output, Console() if output is None else err)
     if summary.interrupted:
         sys.exit(130)
 
@@ -193,11 +193,11 @@ def catalog_group() -> None:
 @json_option
 def catalog_list(catalogs: tuple[str, ...], as_json: bool) -> None:
     """Every GPU type: memory, dense bf16 TFLOPS, offers, cheapest price per card-hour."""
-    rows = report.gpu_rows(load_catalog(list(catalogs) or None))
+    rows = report_catalog.gpu_rows(load_catalog(list(catalogs) or None))
     if as_json:
         click.echo(report.dumps(rows), nl=False)
     else:
-        Console().print(report.gpu_table(rows))
+        Console().print(report_catalog.gpu_table(rows))
 
 
 @catalog_group.command("show", epilog=CATALOG_EXAMPLES)
@@ -206,18 +206,18 @@ def catalog_list(catalogs: tuple[str, ...], as_json: bool) -> None:
 @json_option
 def catalog_show(ident: str, catalogs: tuple[str, ...], as_json: bool) -> None:
     """Every field of the GPU (id or alias) or offer ID, with sources and dates."""
-    entry = report.catalog_entry(load_catalog(list(catalogs) or None), ident)
+    entry = report_catalog.catalog_entry(load_catalog(list(catalogs) or None), ident)
     if as_json:
-        click.echo(report.dumps(report.entry_json(entry)), nl=False)
+        click.echo(report.dumps(report_catalog.entry_json(entry)), nl=False)
     else:
-        report.print_entry(entry, Console())
+        report_catalog.print_entry(entry, Console())
 
 
 @catalog_group.command("validate", epilog=CATALOG_EXAMPLES)
 @click.argument("files", nargs=-1, type=click.Path())
 def catalog_validate(files: tuple[str, ...]) -> None:
     """Check catalog FILES (default: the built-in catalog) against the schema; exit 2 at the first problem."""
-    click.echo(report.validate_line(validate_catalog_files(list(files))))
+    click.echo(report_catalog.validate_line(validate_catalog_files(list(files))))
 
 
 @cli.group("models", epilog=MODELS_EXAMPLES)
@@ -229,11 +229,11 @@ def models_group() -> None:
 @json_option
 def models_list(as_json: bool) -> None:
     """Every catalog architecture: parameters, layers, widths, heads, vocabulary."""
-    rows = report.model_rows(load_catalog())
+    rows = report_catalog.model_rows(load_catalog())
     if as_json:
         click.echo(report.dumps(rows), nl=False)
     else:
-        Console().print(report.model_table(rows))
+        Console().print(report_catalog.model_table(rows))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -47,6 +47,9 @@ class Job:
     global_batch: int  # sequences per optimizer step
     total_tokens: float  # tokens over all epochs
     checkpoint_every_hours: float | None = None
+    compile: bool = False  # torch.compile (fused kernels save fewer activations)
+    activation_offload: bool = False  # saved activations in host RAM
+    optimizer_in_backward: bool = False  # gradients freed per parameter during backward
 
     @property
     def steps(self) -> int:

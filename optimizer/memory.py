@@ -222,6 +222,9 @@ def gradient_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndar
     (stage_1_and_2.py, stage3.py): ZeRO-2 = 2P + 18P/N with 18 = 2 + 4 (grads) + 12 (optimizer); ZeRO-3 =
     18P/N + 4 P_ll with 18 = 2 (params) + 4 (fp32 grads) + 12. With offload (stage >= 1) the fp32 partitions
     and, from stage 2, the 16-bit gradients live on the CPU: ZeRO-2 offload = 2P, ZeRO-3 offload = 4 P_ll + 2P/N.
+    Optimizer in backward (``training.optimizer_in_backward``, torchtune optimizer_in_bwd; gradient accumulation
+    1 only): each parameter is stepped and its gradient freed as soon as it is produced, so at most the largest
+    module's gradients, min(P_train, P_ll) x g16 / (t p), are held (formulas.md section 8, "G ~ 0").
     """
     split = _model_split(cfg)
     n = cfg.dp.astype(np.float64)
@@ -233,6 +236,10 @@ def gradient_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndar
     f16 = np.where(offloaded & (cfg.zero_stage >= 2), 0.0, f16)
     f32 = np.where(offloaded, 0.0, f32)
     grads = trainable_params(job) * (b["grad16"] * f16 + b["grad32"] * f32) / split
+    if job.optimizer_in_backward:
+        # one module's gradients live at a time (formulas.md section 8: G ~ 0 with optimizer-in-backward)
+        one = min(trainable_params(job), largest_module_params(job)) * b["grad16"] / split
+        grads = np.where(cfg.grad_accum <= 1, np.minimum(grads, one), grads)
     return _i64(np.where((cfg.zero_stage >= 3) & (cfg.offload == _ALL), 0.0, grads))
 
 
@@ -260,9 +267,13 @@ def activation_bytes_per_token_layer(job: Job, cfg: Configs, consts: Mapping[str
     Llama-style layer (RMSNorm, RoPE, GQA, SwiGLU, no dropout), counted tensor by tensor from what autograd saves
     (formulas.md sections 4.1-4.3; Korthikanti et al. 2022 section 4.1 for the method):
     frozen part, saved whatever is trained: c_h h + c_kv h_kv + c_I I E_tok + 4a. eager modules (HF, torchtune
-    without compile): 2 norms x fp32 input copy 4h, attention q and out 4h, k and v 4 h_kv, SwiGLU SiLU input,
-    SiLU output and up output 6I; fused kernels (Megatron/TE): bf16 norm inputs 4h and a fused SwiGLU 4I. 4a:
-    the fp32 log-sum-exp per head of flash/SDPA attention. A frozen Linear saves nothing (dX needs only W).
+    without ``training.compile``): 2 norms x fp32 input copy 4h, attention q and out 4h, k and v 4 h_kv, SwiGLU
+    SiLU input, SiLU output and up output 6I; fused kernels (Megatron/TE, and torch.compile, which fuses the fp32
+    norm upcast and the SwiGLU: formulas.md section 4.3 "fused or compiled kernels"): bf16 norm inputs 4h and a
+    fused SwiGLU 4I; full fine-tuning then adds 6h + 2I instead of 10h + 2I. Llama-3.2-3B full fine-tuning:
+    compile saves 8h + 2I = 40,960 B per token and layer, 8.75 GiB at 8192 tokens x 28 layers (torchtune's
+    ladder: 9.0). 4a: the fp32 log-sum-exp per head of flash/SDPA attention. A frozen Linear saves nothing (dX
+    needs only W).
     full fine-tuning adds the inputs of the trainable Linears and norm weights (``trainable_extra``:
     q/k/v input, o_proj input, gate/up input 2h each + norm outputs, down_proj input 2I).
     LoRA adds the inputs its adapters save: 2h for q/k/v (one shared tensor), 2h for o, 2h for gate/up, 2I E for
@@ -272,7 +283,7 @@ def activation_bytes_per_token_layer(job: Job, cfg: Configs, consts: Mapping[str
     """
     a = job.arch
     h, kv, inter = a.hidden, a.kv_width, a.intermediate * a.experts_per_token
-    kind = consts["activation_kernels"][job.framework.value]
+    kind = consts["activation_kernels"]["compiled" if job.compile else job.framework.value]
     c = consts["activation"][kind]
     fr = c["frozen"]
     per = fr["h"] * h + fr["h_kv"] * kv + fr["intermediate"] * inter + 4.0 * a.heads
@@ -311,6 +322,11 @@ def activation_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.nd
     + (1 - f) x c_layer), keeping a fraction f = ``selective_keep_fraction`` of each layer (torchtitan's per-op
     policy saves the attention outputs and every other matmul output) and recomputing the rest of one layer.
     With 1F1B pipelining the first stage holds min(p, GA) micro-batches of L/p layers (Narayanan et al. 2021).
+    Activation offloading (``training.activation_offload``; torchtune OffloadActivations, formulas.md section 4.4
+    "moves the saved inputs to the CPU") keeps only the layer being computed on the GPU, T x c_layer, whatever the
+    checkpointing; the rest lives in pinned host RAM (the prefetched next layer's inputs, 2hT, are neglected).
+    Llama-3.2-3B at 8192 tokens with full checkpointing: 2h L T = 1.31 GiB moved, the "about 1.3 GiB" of the
+    torchtune ladder's notes.
     """
     tokens = _f(cfg.micro_batch * job.seq_len)
     layers_local = job.arch.layers / _f(cfg.pp) * _f(np.minimum(cfg.pp, np.maximum(cfg.grad_accum, 1)))
@@ -320,6 +336,8 @@ def activation_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.nd
     none = tokens * layers_local * per_layer
     full = tokens * (keep_input * layers_local + per_layer)
     sel = tokens * (frac * per_layer * layers_local + (1.0 - frac) * per_layer)
+    if job.activation_offload:
+        return _i64(np.broadcast_to(tokens * per_layer, (len(cfg),)))
     return _i64(np.select([cfg.checkpointing == _CK_NONE, cfg.checkpointing == _CK_SEL], [none, sel], full))
 
 
@@ -330,13 +348,18 @@ def logits_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
     fp32 upcast, fp32 log-softmax and its gradient: 12-16 B per vocab entry per token in HF/torchtune, less where
     the model keeps bf16 logits), chunked (torchtune CEWithChunkedOutputLoss: bf16 logits plus one fp32 chunk,
     about 4-6 B), fused linear-CE (Liger, CCE: about 0). Source: formulas.md section 4.5. ``auto`` takes the
-    framework default (``default_loss``).
+    framework default (``default_loss``). ``standard`` is read per framework (``standard_loss_kind``): a bf16
+    cross-entropy (``standard``, fitted on the Qwen cases, whose remote code keeps bf16 logits) or, for
+    torchtune, whose TransformerDecoder returns ``self.output(h).float()``, one on fp32-upcast logits
+    (``standard_fp32``: fp32 logits, their fp32 log-softmax and its fp32 gradient, 4 B each = 12 B, the low end
+    of formulas.md's 12-16 B; not fitted).
     """
     loss = job.loss
     if loss is Loss.auto:
         loss = Loss(consts["default_loss"][job.framework.value])
+    kind = consts["standard_loss_kind"][job.framework.value] if loss is Loss.standard else loss.value
     tokens = _f(cfg.micro_batch * job.seq_len)
-    return _i64(tokens * job.arch.vocab * float(consts["logits_bytes_per_vocab_token"][loss.value]) / cfg.tp)
+    return _i64(tokens * job.arch.vocab * float(consts["logits_bytes_per_vocab_token"][kind]) / cfg.tp)
 
 
 # ------------------------------------------------------------------------------------------------ overheads

@@ -18,7 +18,10 @@ minimum for eps_{k+1} (c < c_{k+1} is impossible after minimising, c >= c_{k+1} 
 skipped. Times strictly decrease, so the loop ends after at most |front| + 1 solves.
 
 Pruning in space.py keeps one plan per (offer, cards): the fastest, which is also the cheapest of its group, so
-it removes no point of the front.
+it removes no point of the front. By default the stages see only :func:`relevant` candidates, those that no
+other candidate admitted by the allow-lists dominates: a plan dominated by an admitted plan is never on the front
+(budget and deadline are monotone, so the dominating plan meets them too), so the reduction is exact, and tests
+check the result against an exhaustive oracle over all candidates, with and without it.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.catalog import resolve_model
-from optimizer.planner import Overrides, Relaxation, canonical_allow, prepare, solve_scenario, to_estimate
+from optimizer.explain import Relaxation, check_pins, explain
+from optimizer.planner import Overrides, canonical_allow, named_limits, prepare, to_estimate
 from optimizer.schema import Estimate, Objective, Scenario, Status
 from optimizer.solver import Limits, SolverSettings, cents, limits_from, seconds, solve
 from optimizer.space import Space, build
@@ -57,7 +61,8 @@ class Front:
     solves: int  # CP-SAT stages run
 
 
-def front(space: Space, limits: Limits, objective: Objective, settings: SolverSettings = DEFAULT_SETTINGS) -> Front:
+def front(space: Space, limits: Limits, objective: Objective, settings: SolverSettings = DEFAULT_SETTINGS,
+          reduce: bool = True) -> Front:  # fmt: skip
     """Exact cost/time front of ``space`` under ``limits`` by epsilon-constraint (see module docstring).
 
     Args:
@@ -65,15 +70,18 @@ def front(space: Space, limits: Limits, objective: Objective, settings: SolverSe
         limits: user limits; ``deadline_s`` is the first epsilon bound.
         objective: the scenario's objective, to mark the plan ``solve`` would choose.
         settings: CP-SAT parameters for every stage.
+        reduce: hand CP-SAT only :func:`relevant` candidates (exact: every point of the front and the chosen plan
+            are among them); False solves every stage over all candidates.
 
     Returns:
         The front, points ordered by increasing cost (decreasing time).
     """
+    subset = relevant(space, limits) if reduce else None
     points: list[FrontPoint] = []
     eps_s = limits.deadline_s
     solves = 0
     while eps_s is None or eps_s >= 0:
-        out = solve(space, Objective.cost, dataclasses.replace(limits, deadline_s=eps_s), settings)
+        out = solve(space, Objective.cost, dataclasses.replace(limits, deadline_s=eps_s), settings, subset)
         solves += 1
         if out.index is None:
             break
@@ -82,7 +90,7 @@ def front(space: Space, limits: Limits, objective: Objective, settings: SolverSe
         eps_s = time_s - 1
     if not points:
         return Front([], None, solves)
-    chosen = solve(space, objective, limits, settings).index
+    chosen = solve(space, objective, limits, settings, subset).index
     return Front(points, chosen, solves + 1)
 
 
@@ -181,12 +189,15 @@ def pareto_scenario(
     """Load, build and solve the front of one scenario file; an empty front carries the solve explanation."""
     sc, catalog, source = prepare(path, overrides)
     arch = resolve_model(sc, catalog, path)
-    space = build(sc, catalog, arch, source)
-    limits = limits_from(space, canonical_allow(sc, catalog, source))
-    fr = front(space, limits, sc.objective, settings)
+    allow = canonical_allow(sc, catalog, source)
+    with named_limits(source):
+        space = build(sc, catalog, arch, source)
+        limits = limits_from(space, allow)
+        check_pins(space, source)
+        fr = front(space, limits, sc.objective, settings)
+        rel = explain(space, sc.objective, limits, settings, catalog, source) if not fr.points else None
     budget = sc.budget.amount if sc.budget else None
     if not fr.points:
-        rel = solve_scenario(path, overrides, settings).relaxation
         return ParetoResult(sc, source, space.currency, [], [], [], None, budget, sc.deadline_hours,
                             len(space.cand), fr.solves, rel)  # fmt: skip
     ests = [to_estimate(space, p.index, p.status) for p in fr.points]

@@ -301,7 +301,7 @@ class DataSpec(Strict):
 
 
 class Training(Strict):
-    """Software stack: framework defaults, sharding implementation, optimizer, attention kernel, loss."""
+    """Software stack: framework defaults, sharding, optimizer, attention kernel, loss, memory techniques."""
 
     framework: Framework = Framework.hf
     sharding: Sharding = Sharding.deepspeed
@@ -311,6 +311,19 @@ class Training(Strict):
     base_bits: Literal[16, 8, 4] | None = Field(None, description="frozen base bits; default 16 (lora), 4 (qlora)")
     checkpoint_every_hours: Float | None = Field(
         None, gt=0, le=10_000, description="save a checkpoint this often (adds save time); default from calibration"
+    )
+    compile: bool = Field(
+        False, description="torch.compile on the model: fused norms and SwiGLU save fewer activations (formulas.md 4.3)"
+    )
+    activation_offload: bool = Field(
+        False,
+        description="activation offloading (torchtune enable_activation_offloading, TRL activation_offloading): "
+        "saved activations live in host RAM, one layer's on the GPU",
+    )
+    optimizer_in_backward: bool = Field(
+        False,
+        description="optimizer step fused into backward (torchtune optimizer_in_bwd): each gradient is freed once "
+        "its parameter is updated; needs gradient accumulation 1",
     )
 
 

@@ -116,6 +116,9 @@ def make_job(scenario: Scenario, arch: Any) -> Job:
         global_batch=scenario.global_batch,
         total_tokens=scenario.data.total_tokens,
         checkpoint_every_hours=t.checkpoint_every_hours,
+        compile=t.compile,
+        activation_offload=t.activation_offload,
+        optimizer_in_backward=t.optimizer_in_backward,
     )
 
 
@@ -200,8 +203,11 @@ def grid(
 ) -> tuple[np.ndarray, ...]:
     """Cross product of layouts with ZeRO/offload, micro-batch, checkpointing and precision, as int64 columns."""
     pins = scenario.plan
-    zo = [(z, OFFLOAD.index(o)) for z, o in ZERO_OFFLOAD
-          if (pins.zero_stage is None or z == pins.zero_stage) and (pins.offload is None or o == pins.offload)]  # fmt: skip
+    zo = [
+        (z, OFFLOAD.index(o))
+        for z, o in ZERO_OFFLOAD
+        if (pins.zero_stage is None or z == pins.zero_stage) and (pins.offload is None or o == pins.offload)
+    ]
     if pins.zero_stage is not None and pins.offload is not None and not zo:
         zo = [(pins.zero_stage, OFFLOAD.index(pins.offload))]
     cks = [CHECKPOINTING.index(pins.checkpointing)] if pins.checkpointing else list(range(len(CHECKPOINTING)))

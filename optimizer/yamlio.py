@@ -45,18 +45,25 @@ class _StrictLoader(_Loader):  # type: ignore[misc, valid-type]
         return super().construct_mapping(node, deep=deep)
 
 
-def _shape(doc: Any) -> tuple[int, int]:
-    """(expanded value count, depth) of a parsed document without expanding shared (aliased) nodes.
+class _TooDeep(Exception):
+    """Raised by _shape past MAX_DEPTH levels, before Python's own recursion limit is reached."""
+
+
+def _shape(doc: Any) -> int:
+    """Expanded value count of a parsed document, without expanding shared (aliased) nodes.
 
     Each container is visited once: its expanded size is memoised by identity, so a billion-laughs document
-    costs as many steps as it has distinct nodes. Raises RecursionError on a recursive alias.
+    costs as many steps as it has distinct nodes. Raises RecursionError on a recursive alias and _TooDeep when
+    the nesting passes MAX_DEPTH levels.
     """
-    memo: dict[int, tuple[int, int]] = {}
+    memo: dict[int, int] = {}
     active: set[int] = set()
 
-    def visit(node: Any) -> tuple[int, int]:
+    def visit(node: Any, level: int) -> int:
         if not isinstance(node, dict | list):
-            return 1, 0
+            return 1
+        if level > MAX_DEPTH:
+            raise _TooDeep
         key = id(node)
         if key in memo:
             return memo[key]
@@ -64,18 +71,14 @@ def _shape(doc: Any) -> tuple[int, int]:
             raise RecursionError("recursive alias")
         active.add(key)
         children = list(node.values()) if isinstance(node, dict) else node
-        size, depth = 1, 0
+        size = 1
         for child in children:
-            s, d = visit(child)
-            size = min(size + s, 2**62)
-            depth = max(depth, d)
-            if depth > MAX_DEPTH:
-                break
+            size = min(size + visit(child, level + 1), 2**62)
         active.discard(key)
-        memo[key] = (size, depth + 1)
-        return memo[key]
+        memo[key] = size
+        return size
 
-    return visit(doc)
+    return visit(doc, 1)
 
 
 def _read_text(p: Path, label: str) -> str:
@@ -122,11 +125,11 @@ def read_yaml(path: str | Path) -> Any:
     except (yaml.YAMLError, RecursionError, ValueError, TypeError, OverflowError) as exc:
         raise InputError(label, "", f"malformed YAML: {exc}") from None
     try:
-        values, depth = _shape(doc)
+        values = _shape(doc)
     except RecursionError:
         raise InputError(label, "", "recursive YAML alias (a value that contains itself)") from None
-    if depth > MAX_DEPTH:
-        raise InputError(label, "", f"nested deeper than {MAX_DEPTH} levels")
+    except _TooDeep:
+        raise InputError(label, "", f"nested deeper than {MAX_DEPTH} levels") from None
     if values > MAX_VALUES:
         raise InputError(label, "", f"YAML aliases expand to more than {MAX_VALUES:,} values (an alias bomb?)")
     return doc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,14 @@ def test_batch_cli_rejects_a_missing_input_in_one_line(run_cli, tmp_path: Path):
 def test_batch_help_ends_with_examples(run_cli):
     res = run_cli("batch", "--help")
     assert "Examples:" in res.stdout and "ftopt batch scenarios/ -o results.jsonl" in res.stdout
+
+
+def test_unreachable_ray_cluster_is_a_one_line_error(folder: Path, monkeypatch):
+    def refuse(**kwargs):
+        raise ConnectionError("could not connect to 10.0.0.1:6379")
+
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=refuse)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    paths = [str(folder / "c-base.yaml"), str(folder / "a-7b-qlora.yaml")]
+    with pytest.raises(InputError, match=r"^--address: cannot reach the Ray cluster at '10\.0\.0\.1:6379': could not"):
+        run_batch(paths, backend=batch.Backend.ray, address="10.0.0.1:6379")

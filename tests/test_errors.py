@@ -62,6 +62,18 @@ def test_bad_input_exits_2_with_one_line_naming_the_field(case, run_cli, tmp_pat
     assert "Traceback" not in result.output
 
 
+OFFER_CASES = [c for c in CASES if c.get("run") == "offers" and "names" not in c]
+
+
+@pytest.mark.parametrize("case", OFFER_CASES, ids=_case_id)
+def test_bad_offers_file_fails_catalog_validate_the_same_way(case, run_cli):
+    path = CORPUS / case["file"]
+    result = run_cli("catalog", "validate", path)
+    prefix = f"ftopt: error: {path}: " + (f"{case['field']}: " if case["field"] else "")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(prefix)  # the wording may differ (validate also says what kind of file)
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c["file"] == "s_method_typo.yaml"], ids=_case_id)
 def test_bad_input_writes_nothing_to_stdout(case, run_cli, tmp_path):
     result, _ = _run_case(case, run_cli, tmp_path)
@@ -155,3 +167,10 @@ def test_did_you_mean_is_empty_when_nothing_is_close():
 
 def test_error_message_with_newlines_becomes_one_line():
     assert "\n" not in str(InputError("a.yaml", "name", "bad\nvalue\n'x\ny'"))
+
+
+def test_nesting_near_the_parser_limit_is_reported_as_too_deep(tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("a: " + "[" * 990 + "]" * 990 + "\n")  # deeper than Python's default recursion limit allows
+    with pytest.raises(InputError, match=r"deep\.yaml: nested deeper than 32 levels$"):
+        yamlio.read_yaml(path)

@@ -1,10 +1,12 @@
 """Accuracy of the memory model on ../shared/reference/memory_cases.yaml (41 published cases with sources).
 
-Every case's ``scenario`` mapping, saved as a file, must be accepted by ``ftopt estimate``; boundary cases are
-checked as inequalities (fits: total <= card x (1 - headroom); oom: above it); measured and derived cases are
-compared in the source's unit and counter (tests/memory_reference_cases.py). Reported in docs/memory-model.md
-(bench/memory_accuracy.py prints the table). The thresholds below are the figures reached, kept as regression
-guards; KNOWN_GAPS lists the cases beyond 25% with the setting the scenario schema cannot express.
+Every case's ``scenario`` mapping, saved as a file, must be accepted by ``ftopt estimate`` as written, and so must
+the same scenario with the settings its notes state (NOTE_SETTINGS: torch.compile, activation offloading, the
+optimizer step in backward, plain cross-entropy, LoRA dropout). Accuracy is judged with the note settings; boundary
+cases are checked as inequalities (fits: total <= card x (1 - headroom); oom: above it); measured and derived cases
+are compared in the source's unit and counter (tests/memory_reference_cases.py). Reported in docs/memory-model.md
+(bench/memory_accuracy.py prints the table, as written and with note settings). The thresholds below are the
+figures reached, kept as regression guards; KNOWN_GAPS lists the cases still beyond 25%, with the reason.
 """
 
 from __future__ import annotations
@@ -15,30 +17,35 @@ import pytest
 import yaml
 
 from optimizer.planner import estimate_scenario
-from tests.memory_reference_cases import evaluate_all, load_cases, summary
+from tests.memory_reference_cases import NOTE_SETTINGS, evaluate_all, load_cases, note_scenario, summary
 
 CASES = load_cases()
 RESULTS = {r.id: r for r in evaluate_all()}
 MEMORY_KEYS = {"weights", "gradients", "optimizer", "activations", "logits", "overhead", "total", "capacity", "fits",
                "cpu_offload"}  # fmt: skip
 
-# case id -> why the prediction is off by more than 25% (from the case's own notes)
+# case id -> why the prediction is still off by more than 25% with the note settings applied
 KNOWN_GAPS = {
-    "mem-tt-llama3.2-3b-lora": "activation offloading and torch.compile (not expressible) shrink saved activations",
-    "mem-tt-llama3.2-3b-qlora": "activation offloading and torch.compile (not expressible) shrink saved activations",
-    "mem-tt-llama2-7b-full-4x4090-fsdp": "2024 configs: plain cross-entropy, not torchtune's current chunked default",
-    "mem-tt-llama2-7b-qlora-4090-alpaca": "reserved peak includes start-up allocations the model does not cover",
-    "mem-tt-llama2-7b-lora-2x4090-alpaca": "rank 0 loads the full bf16 model before sharding (reserved stays high)",
-    "mem-tt-llama2-7b-full-4x4090-alpaca": "2024 FSDP1 recipe: reserved peak includes start-up allocations",
-    "mem-tt-llama2-7b-lora-2x4090-fsdp": "2024 configs: plain cross-entropy; rank 0 loads the full model",
-    "mem-peft-llama2-70b-qlora-fsdp-cpu-offload-2x24g": "LoRA dropout 0.1 and FSDP CPU-offload staging buffers",
+    "mem-tt-llama3.2-3b-lora": "weights 6.2 GiB + bf16 logits of 8192 x 128256 tokens 1.96 GiB + adapter states "
+    "already exceed what the 8.5 GiB leaves; the run cannot have held full chunked-CE logits (setting not in notes)",
+    "mem-tt-llama3.2-3b-qlora": "as the LoRA row: the 4.6 GiB leaves ~1 B per vocab entry and token for the loss, "
+    "below the bf16 logits themselves",
+    "mem-tt-llama2-7b-qlora-4090-alpaca": "2024 reserved peak is twice the training need; it includes start-up "
+    "allocations (model loading before NF4 quantisation) that the notes do not describe",
+    "mem-tt-llama2-7b-lora-2x4090-alpaca": "reserved peak above the same recipe on one GPU (17.18 GB): start-up "
+    "allocations (rank 0 loading the full model before sharding), not in the notes",
+    "mem-tt-llama2-7b-full-4x4090-alpaca": "reserved peak 22.9 GB at 1024 tokens vs 24.1 GB at 8192 tokens "
+    "(same recipe): a ~20 GB token-independent floor the stated settings do not explain",
+    "mem-peft-llama2-70b-qlora-fsdp-cpu-offload-2x24g": "FSDP CPU-offload staging buffers and pinned transfers: "
+    "the notes give no setting that moves the GPU peak up by 7 GB",
 }
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["id"])
-def test_estimate_accepts_every_reference_case(case, tmp_path):
+@pytest.mark.parametrize("with_notes", [False, True], ids=["as-written", "note-settings"])
+def test_estimate_accepts_every_reference_case(case, with_notes, tmp_path):
     path = tmp_path / "scenario.yaml"
-    path.write_text(yaml.safe_dump(case["scenario"], sort_keys=False))
+    path.write_text(yaml.safe_dump(note_scenario(case) if with_notes else case["scenario"], sort_keys=False))
     est = estimate_scenario(path, {})
     assert set(est.memory.model_dump()) == MEMORY_KEYS
     components = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
@@ -52,6 +59,13 @@ def test_estimate_cli_answers_a_reference_case_with_the_json_contract(run_cli, t
     result = run_cli("estimate", path, "--json")
     assert result.exit_code == 0, result.output
     assert set(json.loads(result.stdout)["memory"]) == MEMORY_KEYS
+
+
+@pytest.mark.parametrize("case_id", sorted(NOTE_SETTINGS))
+def test_note_settings_quote_the_case_notes(case_id):
+    notes = " ".join(next(c for c in CASES if c["id"] == case_id)["notes"].split())
+    for _override, phrase in NOTE_SETTINGS[case_id]:
+        assert phrase in notes, f"{case_id}: {phrase!r} is not in its notes"
 
 
 @pytest.mark.parametrize("case_id", [c["id"] for c in CASES if c["kind"] == "boundary"])
@@ -81,11 +95,17 @@ def test_median_error_on_tuned_cases_is_at_most_10_percent():
     assert s["median"] <= 0.10, s
 
 
-def test_median_error_on_held_out_cases_is_at_most_15_percent():
+def test_median_error_on_held_out_cases_is_at_most_10_percent():
     s = summary(list(RESULTS.values()), "held-out")
-    assert s["median"] <= 0.15, s
+    assert s["median"] <= 0.10, s
 
 
 def test_median_error_over_all_measured_cases_is_at_most_10_percent():
     s = summary(list(RESULTS.values()))
     assert s["median"] <= 0.10, s
+
+
+@pytest.mark.parametrize("case_id", sorted(KNOWN_GAPS))
+def test_known_gap_is_still_beyond_25_percent(case_id):
+    # a gap that closes must leave KNOWN_GAPS and be held to 25% like every other case
+    assert abs(RESULTS[case_id].error) > 0.25, f"{case_id} is now within 25%: remove it from KNOWN_GAPS"

@@ -59,16 +59,16 @@ def instances(draw):
         "max_cards": draw(st.none() | st.sampled_from([1, 2, 8, 16])),
         "providers": draw(st.none() | st.sets(st.sampled_from(PROVIDERS), min_size=1).map(frozenset)),
     }
-    return changes, limits
+    return changes, limits, draw(st.booleans())
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_front_equals_exhaustive_oracle_on_random_scenarios(instance):
-    changes, lim = instance
+    changes, lim, reduce = instance
     space = _space(load_catalog(), **{k: v for k, v in changes.items() if k != "allow"})
     limits = Limits(gpus=frozenset(changes["allow"]["gpus"]), **lim)
-    fr = front(space, limits, Objective.cost)
+    fr = front(space, limits, Objective.cost, reduce=reduce)
     assert _values(space, fr) == oracle_front(space, limits)
 
 
@@ -84,7 +84,7 @@ def test_front_equals_oracle_when_costs_and_times_tie_often(data):
     cand.time["hours"] = hours
     space = dataclasses.replace(base, cand=cand, cost_total=costs, bills=base.bills[:n])
     limits = Limits(deadline_s=data.draw(st.none() | st.integers(3600, 12 * 3600)))
-    fr = front(space, limits, Objective.cost)
+    fr = front(space, limits, Objective.cost, reduce=data.draw(st.booleans()))
     oracle = oracle_front(space, limits)
     assert _values(space, fr) == oracle
     assert len(fr.points) == len(oracle)  # one plan per (cost, time) value
@@ -109,7 +109,7 @@ def lora_front():
 def test_no_plan_of_the_oracle_dominates_a_front_point(lora_space):
     space = lora_space
     limits = Limits(budget_cents=50_000, deadline_s=100 * 3600)
-    fr = front(space, limits, Objective.cost)
+    fr = front(space, limits, Objective.cost, reduce=False)
     cost_c, time_s = cents(space.cost_total), seconds(space.cand.time["hours"])
     every = list(zip(cost_c.tolist(), time_s.tolist(), strict=True))
     feasible = [p for p in every if p[0] <= 50_000 and p[1] <= 100 * 3600]

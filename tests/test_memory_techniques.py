@@ -1,0 +1,96 @@
+"""torch.compile, activation offloading, the optimizer step in backward and torchtune's fp32-upcast loss, each
+against a number computed by hand (comments show the arithmetic), and checked where the torchtune Llama-3.2-3B
+ladder (pytorch/torchtune:README.md@1814feb17, "Optimization flags"; ../shared/reference/memory_cases.yaml) isolates
+the technique. Tolerances: exact (int64 bytes, ceil) unless stated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from optimizer import memory
+from tests.memory_builders import LLAMA32_3B, cfg, consts, job
+
+GIB = 2**30
+H, I_, L = LLAMA32_3B.hidden, LLAMA32_3B.intermediate, LLAMA32_3B.layers  # 3072, 8192, 28
+T = 2 * 4096  # the ladder's micro-batch 2 x 4096 packed tokens
+
+
+def _one(fn, j, c) -> int:
+    return int(fn(j, c, consts())[0])
+
+
+def test_compile_saves_8h_plus_2i_per_token_and_layer_in_full_finetuning():
+    # eager full FT 22h + 4h_kv + 8I + 4a, compiled (fused) 14h + 4h_kv + 6I + 4a: 8h + 2I = 40,960 B
+    eager = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096)
+    compiled = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, compile=True)
+    per_eager = memory.activation_bytes_per_token_layer(eager, cfg(), consts())[0]
+    per_compiled = memory.activation_bytes_per_token_layer(compiled, cfg(), consts())[0]
+    assert per_eager - per_compiled == 8 * H + 2 * I_ == 40_960
+
+
+def test_compile_drop_matches_the_ladder_rung_within_5_percent():
+    # ladder "+ Packed Dataset" 60.0 GiB -> "+ Compile" 51.0 GiB (only compile changes): 9.0 GiB; model 8.75 GiB
+    eager = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="standard")
+    compiled = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="standard", compile=True)
+    c = cfg(micro_batch=2)
+    drop = _one(memory.activation_bytes, eager, c) - _one(memory.activation_bytes, compiled, c)
+    assert drop == T * L * 40_960
+    assert abs(drop / GIB / 9.0 - 1.0) <= 0.05, f"model {drop / GIB:.2f} GiB vs ladder 9.0 GiB"
+
+
+def test_activation_offload_keeps_only_the_layer_in_flight():
+    # full checkpointing keeps T (2h L + c_layer); offloading leaves T c_layer: 2h L T = 1.31 GiB moved
+    on = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, activation_offload=True)
+    off = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096)
+    c = cfg(micro_batch=2, checkpointing="full")
+    per_layer = memory.activation_bytes_per_token_layer(on, c, consts())[0]
+    assert _one(memory.activation_bytes, on, c) == int(np.ceil(T * per_layer))
+    moved = _one(memory.activation_bytes, off, c) - _one(memory.activation_bytes, on, c)
+    assert abs(moved - 2 * H * L * T) <= 1  # 1,409,286,144 B = 1.31 GiB, the ladder notes' "about 1.3 GiB"
+
+
+def test_activation_offload_without_checkpointing_also_keeps_one_layer():
+    on = job(arch=LLAMA32_3B, framework="torchtune", activation_offload=True)
+    assert _one(memory.activation_bytes, on, cfg(checkpointing="none")) == _one(
+        memory.activation_bytes, on, cfg(checkpointing="full")
+    )
+
+
+def test_optimizer_in_backward_holds_one_module_of_gradients():
+    # torchtune bf16 grads: largest module = embedding V h = 128256 x 3072 = 394,002,432 params x 2 B
+    j = job(arch=LLAMA32_3B, framework="torchtune", optimizer_in_backward=True)
+    assert _one(memory.gradient_bytes, j, cfg()) == 2 * 128_256 * 3072
+
+
+def test_optimizer_in_backward_needs_gradient_accumulation_1():
+    on = job(arch=LLAMA32_3B, framework="torchtune", optimizer_in_backward=True)
+    off = job(arch=LLAMA32_3B, framework="torchtune")
+    c = cfg(grad_accum=4)
+    assert _one(memory.gradient_bytes, on, c) == _one(memory.gradient_bytes, off, c) == 2 * LLAMA32_3B.total_params
+
+
+def test_torchtune_standard_loss_uses_fp32_upcast_bytes():
+    # torchtune output(h).float() then unchunked CE: T x V x 12 = 8192 x 128256 x 12 B = 11.74 GiB
+    j = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="standard")
+    assert _one(memory.logits_bytes, j, cfg(micro_batch=2)) == T * 128_256 * 12
+
+
+def test_plain_to_chunked_cross_entropy_drop_matches_the_ladder_rung_within_5_percent():
+    # ladder "+ Compile" 51.0 -> "+ Chunked Cross Entropy" 42.9 GiB: 8.1 GiB; model T V (12 - 4) = 7.83 GiB
+    std = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="standard", compile=True)
+    chunked = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="chunked", compile=True)
+    c = cfg(micro_batch=2)
+    drop = _one(memory.logits_bytes, std, c) - _one(memory.logits_bytes, chunked, c)
+    assert abs(drop / GIB / 8.1 - 1.0) <= 0.05, f"model {drop / GIB:.2f} GiB vs ladder 8.1 GiB"
+
+
+def test_hf_standard_loss_keeps_the_bf16_bytes():
+    j = job(framework="hf", loss="standard")
+    assert _one(memory.logits_bytes, j, cfg()) == 2048 * 32_000 * consts()["logits_bytes_per_vocab_token"]["standard"]
+
+
+def test_new_settings_default_off_and_change_nothing():
+    plain, explicit = job(framework="torchtune"), job(framework="torchtune", compile=False, activation_offload=False)
+    c = cfg(micro_batch=2, checkpointing="full")
+    assert memory.breakdown(plain, c, consts())["total"][0] == memory.breakdown(explicit, c, consts())["total"][0]
