@@ -25,6 +25,7 @@ Examples:
   ftopt solve scenarios/70b.yaml
   ftopt solve scenarios/7b-qlora.yaml --objective time --json
   ftopt solve scenarios/70b.yaml --budget 20000 --deadline-hours 72 --top 3
+  ftopt solve scenarios/7b-full.yaml --launch-dir launch/
 """
 ESTIMATE_EXAMPLES = """\b
 Examples:
@@ -68,17 +69,20 @@ def cli() -> None:
 @click.option("--deadline-hours", type=float, help="Wall-clock limit in hours.")
 @click.option("--top", "top_k", type=click.IntRange(1, 100), default=1, help="Also list the next best plans.")
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT time limit (s).")
+@click.option("--launch-dir", type=click.Path(file_okay=False), help="Write launch.yaml (and ds_config.json) here.")
 @catalog_option
 @json_option
 def solve(scenario: str, objective: str | None, budget: float | None, deadline_hours: float | None, top_k: int,
-          time_limit: float, catalogs: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
+          time_limit: float, launch_dir: str | None, catalogs: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
     """Find the optimal plan for SCENARIO (proven by CP-SAT)."""
     ov = Overrides(Objective(objective) if objective else None, budget, deadline_hours, list(catalogs) or None)
     result = solve_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit), top_k=top_k)
+    for name, text in report.launch_files(result.launch or {}).items() if launch_dir and result.launch else ():
+        report.write_atomic(f"{launch_dir}/{name}", text)
     if as_json:
         click.echo(report.dumps(report.solve_json(result)), nl=False)
     else:
-        report.print_solve(result, Console())
+        report.print_solve(result, report.console())
 
 
 @cli.command(epilog=ESTIMATE_EXAMPLES)
@@ -101,7 +105,7 @@ def estimate(scenario: str, catalogs: tuple[str, ...], as_json: bool, **pins: An
     if as_json:
         click.echo(report.dumps(report.estimate_json(est)), nl=False)
     else:
-        report.print_estimate(est, Console())
+        report.print_estimate(est, report.console())
 
 
 PARETO_EXAMPLES = """\b
@@ -141,7 +145,7 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
     if as_json:
         click.echo(report.dumps(report_front.pareto_json(result)), nl=False)
     else:
-        report_front.print_pareto(result, Console())
+        report_front.print_pareto(result, report.console())
 
 
 @cli.command(epilog=BATCH_EXAMPLES)
@@ -163,7 +167,7 @@ def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, b
     with report_batch.batch_progress(err) as (on_start, on_row):
         summary = run_batch(paths, output, workers, Backend(backend), address, SolverSettings(time_limit_s=time_limit),
                             on_start, on_row)  # fmt: skip
-    report_batch.print_batch_summary(summary, output, Console() if output is None else err)
+    report_batch.print_batch_summary(summary, output, report.console() if output is None else err)
     if summary.interrupted:
         sys.exit(130)
 
@@ -197,7 +201,7 @@ def catalog_list(catalogs: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         click.echo(report.dumps(rows), nl=False)
     else:
-        Console().print(report_catalog.gpu_table(rows))
+        report.console().print(report_catalog.gpu_table(rows))
 
 
 @catalog_group.command("show", epilog=CATALOG_EXAMPLES)
@@ -210,7 +214,7 @@ def catalog_show(ident: str, catalogs: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         click.echo(report.dumps(report_catalog.entry_json(entry)), nl=False)
     else:
-        report_catalog.print_entry(entry, Console())
+        report_catalog.print_entry(entry, report.console())
 
 
 @catalog_group.command("validate", epilog=CATALOG_EXAMPLES)
@@ -233,7 +237,7 @@ def models_list(as_json: bool) -> None:
     if as_json:
         click.echo(report.dumps(rows), nl=False)
     else:
-        Console().print(report_catalog.model_table(rows))
+        report.console().print(report_catalog.model_table(rows))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,9 +26,9 @@ import numpy as np
 
 from optimizer.catalog import Catalog, default_offer_files, load_catalog
 from optimizer.errors import FtoptError, InputError
-from optimizer.schema import ModelArch, Objective, Offer, PlanPins, Scenario
+from optimizer.schema import Gpu, ModelArch, Objective, Offer, PlanPins, Scenario
 from optimizer.solver import Limits, SolverSettings, cents, seconds, solve
-from optimizer.space import Space, build
+from optimizer.space import Space, build, tp_limit
 
 # Limits field -> the scenario field a user edits to relax it
 FIELD_OF = {
@@ -61,12 +61,16 @@ def _divisors(n: int, limit: int = 64) -> str:
     return ", ".join(str(d) for d in range(1, min(n, limit) + 1) if n % d == 0)
 
 
-def _layout_problem(p: PlanPins, arch: ModelArch, offers: list[Offer]) -> tuple[str, str] | None:
+def _layout_problem(p: PlanPins, arch: ModelArch, offers: list[Offer], gpus: list[Gpu]) -> tuple[str, str] | None:
     """tp, cards, dp and nodes pins that no offer can host."""
     tp, pp = p.tp or 1, p.pp or 1
     if p.tp and (arch.heads % p.tp or arch.kv_heads % p.tp):
         return "plan.tp", (f"tp={p.tp} must divide the attention heads ({arch.heads}) and kv_heads ({arch.kv_heads}) "
                            f"of {arch.name}; allowed: {_divisors(arch.kv_heads)}")  # fmt: skip
+    widest = max((tp_limit(o, g) for o, g in zip(offers, gpus, strict=True)), default=1)
+    if p.tp and p.tp > widest:
+        return "plan.tp", (f"tp={p.tp} exceeds the NVLink domain of every offered card (tensor parallelism stays "
+                           f"inside one NVLink domain); allowed here: tp <= {widest}")  # fmt: skip
     most_cards = max((o.cards_per_node * o.max_nodes for o in offers), default=0)
     if p.cards and p.cards > most_cards:
         return "plan.cards", f"cards={p.cards} is more than any offer rents (at most {most_cards} cards)"
@@ -100,10 +104,10 @@ def _batch_problem(p: PlanPins, gb: int) -> tuple[str, str] | None:
     return None
 
 
-def pin_problem(sc: Scenario, arch: ModelArch, offers: list[Offer]) -> tuple[str, str]:
+def pin_problem(sc: Scenario, arch: ModelArch, offers: list[Offer], gpus: list[Gpu]) -> tuple[str, str]:
     """(field, message) explaining why the ``plan:`` pins admit no configuration on any offer."""
     p: PlanPins = sc.plan
-    found = _layout_problem(p, arch, offers) or _batch_problem(p, sc.global_batch)
+    found = _layout_problem(p, arch, offers, gpus) or _batch_problem(p, sc.global_batch)
     if found:
         return found
     if p.nodes and not p.cards:
@@ -118,7 +122,7 @@ def check_pins(space: Space, source: str) -> None:
     """Raise InputError naming the pinned field when the space has no configuration, or none priced."""
     sc = space.scenario
     if space.enumerated == 0:
-        raise InputError(source, *pin_problem(sc, space.job.arch, space.offers))
+        raise InputError(source, *pin_problem(sc, space.job.arch, space.offers, space.gpus))
     if len(space.cand) == 0 and space.fitting > 0 and sc.plan.term is not None:
         priced = sorted({t.value for o in space.offers for t in o.prices})
         raise InputError(source, "plan.term", f"no offer that fits prices the term '{sc.plan.term.value}'; "

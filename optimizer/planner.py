@@ -17,6 +17,7 @@ from optimizer.catalog import Catalog, load_catalog, load_scenario, resolve_mode
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
 from optimizer.errors import InputError, SolverLimitError
 from optimizer.explain import Relaxation, check_pins, explain, pin_problem
+from optimizer.launch import launch_settings
 from optimizer.schema import (
     Budget,
     CostReport,
@@ -56,6 +57,7 @@ class SolveResult:
     bound: float | None  # proven lower bound of the objective (cost or hours) when status is feasible
     candidates: int
     enumerated: int
+    launch: dict | None = None  # framework settings for the best plan (launch.py)
 
 
 def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scenario, Catalog, str]:
@@ -204,7 +206,10 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     bound = None
     if out.bound is not None and out.status is Status.feasible:  # solver units (cents, seconds) -> cost or hours
         bound = out.bound / 100.0 if sc.objective is Objective.cost else out.bound / 3600.0
-    return SolveResult(sc, best, alternatives, top, None, space.currency, bound, len(space.cand), space.enumerated)
+    per_node = next(o.cards_per_node for o in space.offers if o.id == best.plan.offer)
+    settings = launch_settings(sc, best.plan, per_node)
+    counts = (len(space.cand), space.enumerated)
+    return SolveResult(sc, best, alternatives, top, None, space.currency, bound, *counts, settings)
 
 
 ESTIMATE_DEFAULTS = {"tp": 1, "pp": 1, "zero_stage": 0, "offload": "none", "checkpointing": "none"}
@@ -237,7 +242,7 @@ def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Over
     arch = resolve_model(sc, catalog, path)
     job, offers, gpus, ev = enumerate_all(sc, catalog, arch, source)
     if len(ev) == 0:
-        raise InputError(source, *pin_problem(sc, arch, offers))
+        raise InputError(source, *pin_problem(sc, arch, offers, gpus))
     currency = report_currency(sc, offers)
     fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
     space = Space(job, sc, offers, gpus, currency, fx, ev, np.zeros(len(ev)), [], len(ev), int(ev.fits.sum()))

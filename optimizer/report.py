@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from optimizer.atomic import write_atomic
@@ -49,6 +51,35 @@ def dumps(doc: Any) -> str:
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
+def launch_text(settings: dict[str, Any]) -> str:
+    """The launch settings as indented YAML."""
+    return yaml.safe_dump(settings, sort_keys=False, default_flow_style=False, width=116).rstrip()
+
+
+def launch_files(settings: dict[str, Any]) -> dict[str, str]:
+    """File name -> text for ``--launch-dir``: ds_config.json (DeepSpeed) and launch.yaml (everything)."""
+    files = {"launch.yaml": launch_text(settings) + "\n"}
+    if "ds_config.json" in settings:
+        files["ds_config.json"] = json.dumps(settings["ds_config.json"], indent=2) + "\n"
+    return files
+
+
+def console() -> Console:
+    """A console for stdout: the terminal's width, or 120 columns when output goes to a file or a pipe."""
+    out = Console()
+    return out if out.is_terminal else Console(width=120)
+
+
+_SECONDS = {"minute": 60, "second": 1}
+
+
+def _units(term: str, count: int) -> str:
+    """'3 days', or for per-minute/per-second billing the count with its hours: '212,270 s (58.96 h)'."""
+    if term in _SECONDS:
+        return f"{count:,} {'min' if term == 'minute' else 's'} ({count * _SECONDS[term] / 3600:,.2f} h)"
+    return f"{count:,} {term}{'s' if count != 1 else ''}"
+
+
 def _gib(n: int) -> str:
     return f"{n / GIB:,.1f} GiB"
 
@@ -84,7 +115,7 @@ def estimate_lines(est: Estimate) -> list[Any]:
     """Renderables for one plan: decision line, memory table, time and cost lines."""
     t, c, p = est.time, est.cost, est.plan
     assert t is not None and c is not None and p is not None and est.memory is not None
-    units = ", ".join(f"{v} {k}{'s' if v != 1 else ''}" for k, v in p.billed_units.items())
+    units = ", ".join(_units(k, v) for k, v in p.billed_units.items())
     fits = "fits" if est.memory.fits else "DOES NOT FIT"
     return [
         f"[bold]Plan[/bold] ({est.status.value}): {_plan_line(est)}",
@@ -140,6 +171,9 @@ def print_solve(result: SolveResult, console: Console) -> None:
     console.print(f"Optimality: {proof}")
     for i, est in enumerate(result.top[1:], start=2):
         console.print(f"#{i}: {_plan_line(est)}; {est.time.hours:,.1f} h; {_cost(est):,.2f} {result.currency}")  # type: ignore[union-attr]
+    if result.launch:
+        console.print("[bold]Launch settings[/bold] (write them with --launch-dir):")
+        console.print(escape(launch_text(result.launch)), highlight=False)
     if result.alternatives:
         console.print(alternatives_table(result))
 

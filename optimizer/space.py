@@ -23,7 +23,7 @@ from optimizer import cost, memory, timing
 from optimizer.catalog import Catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.errors import InputError, SolverLimitError, did_you_mean
-from optimizer.schema import Gpu, Method, Offer, Offload, Precision, Scenario
+from optimizer.schema import Checkpointing, Gpu, Method, Offer, Offload, Precision, Scenario
 
 MAX_CANDIDATES = 4_000_000  # ~100 bytes x 40 columns each: stays well under 2 GiB of numpy temporaries
 # Planning horizon: plans running longer are dropped before billing (the bill's day table grows with the hours,
@@ -162,7 +162,7 @@ def _card_counts(offer: Offer, max_cards: int | None) -> list[int]:
     return sorted(c for c in counts if max_cards is None or c <= max_cards)
 
 
-def _tp_limit(offer: Offer, gpu: Gpu) -> int:
+def tp_limit(offer: Offer, gpu: Gpu) -> int:
     """Largest tp inside one NVLink domain (1 for cards without NVLink)."""
     if not offer.nvlink or gpu.nvlink_gb_per_s <= 0:
         return 1
@@ -176,7 +176,8 @@ def layouts(scenario: Scenario, job: Job, offers: list[Offer], gpus: list[Gpu]) 
     out: list[Layout] = []
     for i, (offer, gpu) in enumerate(zip(offers, gpus, strict=True)):
         counts = [pins.cards] if pins.cards is not None else _card_counts(offer, None)
-        tps = [pins.tp] if pins.tp is not None else [t for t in TP_CHOICES if t <= _tp_limit(offer, gpu)]
+        limit = tp_limit(offer, gpu)  # tensor parallelism stays inside one NVLink domain, pinned or not
+        tps = [t for t in ([pins.tp] if pins.tp is not None else TP_CHOICES) if t <= limit]
         pp = pins.pp or 1
         for cards in counts:
             nodes = -(-cards // offer.cards_per_node)
@@ -199,10 +200,20 @@ def _precisions(scenario: Scenario, gpu: Gpu) -> list[int]:
 
 
 def grid(
-    scenario: Scenario, job: Job, lays: list[Layout], gpus: list[Gpu], offers: list[Offer]
+    scenario: Scenario,
+    job: Job,
+    lays: list[Layout],
+    gpus: list[Gpu],
+    offers: list[Offer],
+    levels: list[str] | None = None,
 ) -> tuple[np.ndarray, ...]:
-    """Cross product of layouts with ZeRO/offload, micro-batch, checkpointing and precision, as int64 columns."""
+    """Cross product of layouts with ZeRO/offload, micro-batch, checkpointing and precision, as int64 columns.
+
+    ``levels`` are the checkpointing levels the framework offers (calibration ``frameworks.checkpointing``);
+    None means all of them. A pinned level is used as given.
+    """
     pins = scenario.plan
+    levels = list(levels) if levels is not None else [c.value for c in CHECKPOINTING]
     zo = [
         (z, OFFLOAD.index(o))
         for z, o in ZERO_OFFLOAD
@@ -210,7 +221,8 @@ def grid(
     ]
     if pins.zero_stage is not None and pins.offload is not None and not zo:
         zo = [(pins.zero_stage, OFFLOAD.index(pins.offload))]
-    cks = [CHECKPOINTING.index(pins.checkpointing)] if pins.checkpointing else list(range(len(CHECKPOINTING)))
+    offered = [CHECKPOINTING.index(Checkpointing(c)) for c in levels]
+    cks = [CHECKPOINTING.index(pins.checkpointing)] if pins.checkpointing else offered
     # rows are (layout, zero, offload, micro-batch, checkpointing, precision), in the order of the loops
     # "for z, o in zo for m in mbs for ck in cks" per layout and precision (prune's tie-break relies on it);
     # the (z, o, m, ck) block depends only on the micro-batch list, so it is built once per list (numpy)
@@ -333,7 +345,8 @@ def enumerate_all(
     offers = pinned_offers(scenario, catalog, source)
     gpus = [catalog.gpus[o.gpu] for o in offers]
     lays = layouts(scenario, job, offers, gpus)
-    li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers)
+    levels = catalog.calibration.get("frameworks", {}).get("checkpointing", {}).get(job.framework.value)
+    li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers, levels)
     lay_arr = np.array([(x.offer, x.cards, x.nodes, x.tp, x.pp, x.dp) for x in lays], dtype=np.int64).reshape(-1, 6)
     rows = lay_arr[li] if len(li) else np.zeros((0, 6), dtype=np.int64)
     optimizer_code = OPTIMIZER.index(scenario.plan.optimizer or scenario.training.optimizer)

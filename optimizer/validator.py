@@ -130,7 +130,7 @@ def _layout_rules(sc: Scenario, arch: ModelArch, p: Plan, gpu: Gpu, offer: Offer
     if arch.heads % p.tp or arch.kv_heads % p.tp:
         out.append(f"tp={p.tp} must divide heads ({arch.heads}) and kv_heads ({arch.kv_heads})")
     domain = min(gpu.nvlink_domain, offer.cards_per_node) if offer.nvlink and gpu.nvlink_gb_per_s > 0 else 1
-    if p.tp > domain and sc.plan.tp is None:  # a pinned tp is the user's choice (space.layouts honours it)
+    if p.tp > domain:
         out.append(f"tp={p.tp} exceeds the NVLink domain of {offer.id} ({domain} cards)")
     if p.cards != p.tp * p.pp * p.dp:
         out.append(f"cards={p.cards} != tp x pp x dp = {p.tp * p.pp * p.dp}")

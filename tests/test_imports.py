@@ -18,7 +18,7 @@ MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
 
 LAYER = {  # a module may import only modules of a lower layer (or, listed in SAME_LAYER, of its own)
     "errors": 0, "schema": 0, "atomic": 0,
-    "yamlio": 1, "configs": 1,
+    "yamlio": 1, "configs": 1, "launch": 1,
     "catalog": 2,
     "memory": 3, "timing": 3, "cost": 3,
     "space": 4,

@@ -94,3 +94,12 @@ def test_new_settings_default_off_and_change_nothing():
     plain, explicit = job(framework="torchtune"), job(framework="torchtune", compile=False, activation_offload=False)
     c = cfg(micro_batch=2, checkpointing="full")
     assert memory.breakdown(plain, c, consts())["total"][0] == memory.breakdown(explicit, c, consts())["total"][0]
+
+
+def test_vectorised_breakdown_with_the_new_settings_equals_a_loop_of_scalar_calls():
+    j = job(arch=LLAMA32_3B, framework="torchtune", compile=True, activation_offload=True, optimizer_in_backward=True)
+    rows = dict(dp=[1, 2, 4], zero=[0, 3, 3], micro_batch=[1, 2, 4], grad_accum=[1, 4, 1])  # fmt: skip
+    vec = memory.breakdown(j, cfg(n=3, checkpointing="full", **rows), consts())
+    for i in range(3):
+        one = memory.breakdown(j, cfg(checkpointing="full", **{k: v[i] for k, v in rows.items()}), consts())
+        assert {k: int(v[i]) for k, v in vec.items()} == {k: int(v[0]) for k, v in one.items()}

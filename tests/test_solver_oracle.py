@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import math
 import random
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ import yaml
 from optimizer import cost, memory, space, timing
 from optimizer.catalog import Catalog, load_catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, column
+from optimizer.errors import InputError
 from optimizer.planner import prepare, solve_scenario, to_estimate
 from optimizer.schema import Checkpointing, ModelArch, Offer, Offload, Precision, Scenario, Status
 from optimizer.solver import cents, limits_from, seconds, solve
@@ -164,8 +166,8 @@ def _configs(sc: Scenario, arch: ModelArch, offer: Offer, catalog: Catalog):
     for cards in _card_counts(offer):
         nodes = -(-cards // offer.cards_per_node)
         for tp in TP_CHOICES:
-            if not _allowed(tp, pins.tp) or (pins.tp is None and tp > _tp_limit(offer, catalog)):
-                continue  # a pinned tp is the user's choice, even beyond the NVLink domain (as space.layouts does)
+            if not _allowed(tp, pins.tp) or tp > _tp_limit(offer, catalog):
+                continue  # tensor parallelism stays inside one NVLink domain, pinned or not (DESIGN.md section 2)
             if arch.heads % tp or arch.kv_heads % tp or cards % tp or gb % (cards // tp):
                 continue
             dp = cards // tp
@@ -175,8 +177,9 @@ def _configs(sc: Scenario, arch: ModelArch, offer: Offer, catalog: Catalog):
                 for mb in MICRO_BATCHES:
                     if (gb // dp) % mb or not _allowed(mb, pins.micro_batch):
                         continue
+                    levels = catalog.calibration["frameworks"]["checkpointing"][sc.training.framework.value]
                     for ck in Checkpointing:
-                        if _allowed(ck.value, pins.checkpointing):
+                        if _allowed(ck.value, pins.checkpointing) and (pins.checkpointing or ck.value in levels):
                             yield cards, nodes, tp, dp, zero, off, mb, ck
 
 
@@ -355,10 +358,14 @@ def test_solve_scenario_with_an_offers_file_matches_the_oracle(seed: int, tmp_pa
     doc["catalog"] = _offers_file(tmp_path, inst.catalog)
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(doc))
-    result = solve_scenario(path)
     sc, catalog, _ = prepare(path)  # the scenario and catalog the solve used, as loaded from the files
     points = oracle_points(sc, catalog, inst.arch, space.report_currency(sc, catalog.offers))
     want = oracle_best(sc, catalog, points)
+    try:
+        result = solve_scenario(path)
+    except InputError as exc:  # pins that admit no configuration: one line naming the plan field
+        assert re.search(r": plan\.\w+: ", str(exc)) and not points, exc
+        return
     if want is None:
         assert result.best.status is Status.infeasible
         return
