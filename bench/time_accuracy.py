@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from optimizer import planner  # noqa: E402
 from optimizer.catalog import load_catalog  # noqa: E402
 
-CASES = REPO.parent / "shared" / "reference" / "throughput_cases.yaml"
+CASES = REPO / "tests" / "data" / "reference" / "throughput_cases.yaml"  # copy of shared/reference
 # Per-GPU inter-node bandwidth of the cluster each source ran on, where it differs from the catalog offer.
 PUBLISHED_NETWORK_GB_PER_S = {
     "A100-80G": (25.0, "llm-foundry benchmarking README: 'A100 80GB with 1600 Gbps node-node interconnect (RoCE)'"),

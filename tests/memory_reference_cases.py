@@ -29,7 +29,7 @@ from optimizer import memory
 from optimizer.catalog import Catalog, load_catalog, load_scenario, resolve_model
 from optimizer.space import enumerate_all
 
-REFERENCE = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "memory_cases.yaml"
+REFERENCE = Path(__file__).resolve().parent / "data" / "reference" / "memory_cases.yaml"  # copy of shared/
 UNKNOWN_METRIC = {"torchtune": "allocated", "hf": "nvidia-smi", "nemo": "nvidia-smi"}
 # torchtune's 2024 logger (GB = 1e9 bytes) printed allocated, reserved and active side by side; the one table of
 # that era whose counter is identified (README@fef3ed10d: its QLoRA figure is the QLoRA tutorial's "peak memory
