@@ -341,6 +341,9 @@ class Allow(Strict):
     providers: list[str] | None = Field(None, min_length=1)
     max_cards: Int | None = Field(None, gt=0, le=100_000)
     max_nodes: Int | None = Field(None, gt=0, le=10_000)
+    max_host_memory_gib: float | None = Field(
+        None, gt=0, le=1e6, allow_inf_nan=False, description="host RAM per node that offloading may use (GiB)"
+    )
 
 
 def _term_from_plan(value: Any) -> Any:

@@ -334,6 +334,9 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     with np.errstate(divide="ignore", invalid="ignore"):
         t = timing.job_time(job, cfg, hw, cal["timing"])
     fits = (mem["total"] <= usable) & np.isfinite(t["hours"]) & (hw.peak_flops > 0)
+    host_gib = scenario.allow.max_host_memory_gib
+    if host_gib is not None:  # offloaded states must also fit in the node's RAM
+        fits &= mem["cpu_offload"] <= host_gib * 2**30
     return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits)
 
 

@@ -228,6 +228,11 @@ def _model_rules(est: Estimate, sc: Scenario, r: Recomputed) -> list[str]:
     if m.capacity != r.capacity_bytes:
         out.append(f"memory.capacity = {m.capacity} but the GPU has {r.capacity_bytes}")
     fits = r.memory["total"] <= r.capacity_bytes * (1.0 - sc.headroom) and math.isfinite(r.time["hours"])
+    host_gib = sc.allow.max_host_memory_gib
+    if host_gib is not None and r.memory["cpu_offload"] > host_gib * 2**30:
+        fits = False
+        need_gib = r.memory["cpu_offload"] / 2**30
+        out.append(f"host RAM {need_gib:,.0f} GiB exceeds allow.max_host_memory_gib {host_gib:g}")
     if m.fits != fits:
         out.append(f"memory.fits = {m.fits} but recomputed {fits}")
     if not fits:

@@ -71,3 +71,12 @@ def test_70b_full_finetune_on_one_80gb_card_does_not_fit_without_offload(write_s
                    zero_stage=3, offload="none")  # fmt: skip
     est = estimate_scenario(path, {})
     assert not est.memory.fits
+
+
+def test_host_memory_limit_rules_out_plans_that_offload_more(write_scenario):
+    doc = yaml.safe_load((REPO / "scenarios" / "70b.yaml").read_text(encoding="utf-8"))
+    unlimited = solve_scenario(REPO / "scenarios" / "70b.yaml").best
+    assert unlimited.memory.cpu_offload > 512 * 2**30  # the cheapest plan offloads optimizer states to the host
+    doc["allow"]["max_host_memory_gib"] = 512
+    limited = solve_scenario(write_scenario(doc=doc)).best
+    assert limited.memory is None or limited.memory.cpu_offload <= 512 * 2**30
