@@ -39,13 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.atomic import write_atomic
-from optimizer.catalog import resolve_model
 from optimizer.errors import FtoptError, InputError
-from optimizer.explain import check_pins, explain
+from optimizer.explain import explain
 from optimizer.pareto import relevant
-from optimizer.planner import canonical_allow, named_limits, prepare, to_estimate
-from optimizer.solver import SolverSettings, limits_from, solve
-from optimizer.space import build
+from optimizer.planner import load_space, named_limits, to_estimate
+from optimizer.solver import SolverSettings, solve
 
 DEFAULT_SETTINGS = SolverSettings()  # CP-SAT defaults: 10 s limit, 1 worker, seed 0
 ROW_FIELDS = ("scenario", "name", "status", "gpu", "cards", "nodes", "tp", "dp", "zero_stage", "offload",
@@ -99,14 +97,10 @@ def solve_row(path: str, settings: SolverSettings = DEFAULT_SETTINGS) -> Row:
     row["scenario"] = path
     row["name"] = Path(path).stem
     try:
-        sc, catalog, source = prepare(path)
+        loaded = load_space(path)
+        sc, catalog, source, space, limits = loaded.scenario, loaded.catalog, loaded.source, loaded.space, loaded.limits
         row["name"] = sc.name
-        arch = resolve_model(sc, catalog, path)
-        allow = canonical_allow(sc, catalog, source)
         with named_limits(source):
-            space = build(sc, catalog, arch, source)
-            limits = limits_from(space, allow)
-            check_pins(space, source)
             out = solve(space, sc.objective, limits, settings, subset=relevant(space, limits))
             rel = explain(space, sc.objective, limits, settings, catalog, source) if out.index is None else None
         row["currency"] = space.currency

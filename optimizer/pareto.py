@@ -32,12 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.catalog import resolve_model
-from optimizer.explain import Relaxation, check_pins, explain
-from optimizer.planner import Overrides, canonical_allow, named_limits, prepare, to_estimate
+from optimizer.explain import Relaxation, explain
+from optimizer.planner import Overrides, load_space, named_limits, to_estimate
 from optimizer.schema import Estimate, Objective, Scenario, Status
-from optimizer.solver import Limits, SolverSettings, cents, limits_from, seconds, solve
-from optimizer.space import Space, build
+from optimizer.solver import Limits, SolverSettings, cents, seconds, solve
+from optimizer.space import Space
 
 DEFAULT_SETTINGS = SolverSettings()  # CP-SAT defaults: 10 s limit, 1 worker, seed 0
 
@@ -187,13 +186,9 @@ def pareto_scenario(
     path: str | Path, overrides: Overrides | None = None, settings: SolverSettings = DEFAULT_SETTINGS
 ) -> ParetoResult:
     """Load, build and solve the front of one scenario file; an empty front carries the solve explanation."""
-    sc, catalog, source = prepare(path, overrides)
-    arch = resolve_model(sc, catalog, path)
-    allow = canonical_allow(sc, catalog, source)
+    loaded = load_space(path, overrides)
+    sc, catalog, source, space, limits = loaded.scenario, loaded.catalog, loaded.source, loaded.space, loaded.limits
     with named_limits(source):
-        space = build(sc, catalog, arch, source)
-        limits = limits_from(space, allow)
-        check_pins(space, source)
         fr = front(space, limits, sc.objective, settings)
         rel = explain(space, sc.objective, limits, settings, catalog, source) if not fr.points else None
     budget = sc.budget.amount if sc.budget else None

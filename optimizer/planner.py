@@ -161,6 +161,29 @@ def named_limits(source: str) -> Iterator[None]:
         raise SolverLimitError(message if message.startswith(source) else f"{source}: {message}") from None
 
 
+@dataclass
+class Loaded:
+    """A scenario file turned into its pruned candidate space and the user limits the solver enforces."""
+
+    scenario: Scenario
+    catalog: Catalog
+    source: str
+    space: Space
+    limits: Limits
+
+
+def load_space(path: str | Path, overrides: Overrides | None = None) -> Loaded:
+    """Load the scenario and its catalog, build the candidate space and the limits; bad pins are InputErrors."""
+    sc, catalog, source = prepare(path, overrides)
+    arch = resolve_model(sc, catalog, path)
+    allow = canonical_allow(sc, catalog, source)
+    with named_limits(source):
+        space = build(sc, catalog, arch, source)
+    limits = limits_from(space, allow)
+    check_pins(space, source)
+    return Loaded(sc, catalog, source, space, limits)
+
+
 def _solve_quietly(space: Space, objective: Objective, limits: Limits, settings: SolverSettings,
                    subset: np.ndarray) -> Outcome:  # fmt: skip
     """An extra solve (top-k, other GPU types): a time limit hit there drops the extra plan, not the answer."""
@@ -173,13 +196,9 @@ def _solve_quietly(space: Space, objective: Objective, limits: Limits, settings:
 def solve_scenario(path: str | Path, overrides: Overrides | None = None, settings: SolverSettings = DEFAULT_SETTINGS,
                    top_k: int = 1) -> SolveResult:  # fmt: skip
     """Solve one scenario file: optimal plan, best per other GPU type, top-k, or the infeasibility explanation."""
-    sc, catalog, source = prepare(path, overrides)
-    arch = resolve_model(sc, catalog, path)
-    allow = canonical_allow(sc, catalog, source)
+    loaded = load_space(path, overrides)
+    sc, catalog, source, space, limits = loaded.scenario, loaded.catalog, loaded.source, loaded.space, loaded.limits
     with named_limits(source):
-        space = build(sc, catalog, arch, source)
-        limits = limits_from(space, allow)
-        check_pins(space, source)
         out = solve(space, sc.objective, limits, settings)
         rel = _explain(space, sc.objective, limits, settings, catalog, source) if out.index is None else None
     if out.index is None:

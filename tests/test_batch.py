@@ -84,7 +84,7 @@ def test_unexpected_exception_becomes_an_error_row(folder: Path, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("simulated bug\nwith a second line")
 
-    monkeypatch.setattr(batch, "build", boom)
+    monkeypatch.setattr(batch, "load_space", boom)
     row = solve_row(str(folder / "c-base.yaml"))
     assert row["status"] == "error"
     assert row["error"] == "unexpected RuntimeError: simulated bug with a second line"
