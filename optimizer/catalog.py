@@ -14,18 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.errors import InputError, did_you_mean
-from optimizer.schema import (
-    FxFile,
-    FxRate,
-    Gpu,
-    GpuFile,
-    HfConfigRef,
-    ModelArch,
-    ModelFile,
-    Offer,
-    OfferFile,
-    Scenario,
-)
+from optimizer.schema import HfConfigRef, ModelArch, Scenario
+from optimizer.schema_catalog import FxFile, FxRate, Gpu, GpuFile, ModelFile, Offer, OfferFile
 from optimizer.yamlio import read_yaml, validate
 
 CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalogs"

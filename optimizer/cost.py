@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.errors import InputError
-from optimizer.schema import TERM_HOURS, Offer, Term
+from optimizer.schema import TERM_HOURS, Term
+from optimizer.schema_catalog import Offer
 
 _LONG = (Term.month, Term.week, Term.day)
 _INCREMENT_UNIT = {3600: "hour", 60: "minute", 1: "second"}

@@ -26,7 +26,8 @@ import numpy as np
 
 from optimizer.catalog import Catalog, default_offer_files, load_catalog
 from optimizer.errors import FtoptError, InputError
-from optimizer.schema import Gpu, ModelArch, Objective, Offer, PlanPins, Scenario
+from optimizer.schema import ModelArch, Objective, PlanPins, Scenario
+from optimizer.schema_catalog import Gpu, Offer
 from optimizer.solver import Limits, SolverSettings, cents, seconds, solve
 from optimizer.space import Space, build, tp_limit
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.schema import Checkpointing, Framework, Offload, OptimizerName, Plan, Precision, Scenario, Sharding
+from optimizer.schema import Checkpointing, Framework, Offload, OptimizerName, Precision, Scenario, Sharding
+from optimizer.schema_plan import Plan
 
 _HF_OPTIM = {
     OptimizerName.adamw: "adamw_torch_fused",

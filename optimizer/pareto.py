@@ -34,7 +34,8 @@ import numpy as np
 
 from optimizer.explain import Relaxation, explain
 from optimizer.planner import Overrides, load_space, named_limits, to_estimate
-from optimizer.schema import Estimate, Objective, Scenario, Status
+from optimizer.schema import Objective, Scenario, Status
+from optimizer.schema_plan import Estimate
 from optimizer.solver import Limits, SolverSettings, cents, seconds, solve
 from optimizer.space import Space
 

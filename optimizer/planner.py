@@ -18,17 +18,8 @@ from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
 from optimizer.errors import InputError, SolverLimitError
 from optimizer.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.launch import launch_settings
-from optimizer.schema import (
-    Budget,
-    CostReport,
-    Estimate,
-    MemoryReport,
-    Objective,
-    Plan,
-    Scenario,
-    Status,
-    TimeReport,
-)
+from optimizer.schema import Budget, Objective, Scenario, Status
+from optimizer.schema_plan import CostReport, Estimate, MemoryReport, Plan, TimeReport
 from optimizer.solver import Limits, Outcome, SolverSettings, limits_from, solve
 from optimizer.space import MAX_JOB_HOURS, Space, build, enumerate_all, report_currency
 from optimizer.yamlio import validate_value

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from optimizer.atomic import write_atomic
 from optimizer.planner import SolveResult
-from optimizer.schema import Estimate
+from optimizer.schema_plan import Estimate
 
 __all__ = ["write_atomic"]  # re-exported for the CLI
 

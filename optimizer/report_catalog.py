@@ -10,7 +10,8 @@ from rich.table import Table
 
 from optimizer.catalog import Catalog
 from optimizer.errors import InputError, did_you_mean
-from optimizer.schema import Gpu, Offer, Term
+from optimizer.schema import Term
+from optimizer.schema_catalog import Gpu, Offer
 from optimizer.validator import CatalogCounts
 
 # ------------------------------------------------------------------------------------------------ catalog and models

@@ -23,7 +23,8 @@ from optimizer import cost, memory, timing
 from optimizer.catalog import Catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.errors import InputError, SolverLimitError, did_you_mean
-from optimizer.schema import Checkpointing, Gpu, Method, Offer, Offload, Precision, Scenario
+from optimizer.schema import Checkpointing, Method, Offload, Precision, Scenario
+from optimizer.schema_catalog import Gpu, Offer
 
 MAX_CANDIDATES = 4_000_000  # ~100 bytes x 40 columns each: stays well under 2 GiB of numpy temporaries
 # Planning horizon: plans running longer are dropped before billing (the bill's day table grows with the hours,

@@ -1,6 +1,6 @@
 """Re-check a plan from scratch, beside the solver: memory, time, cost and every constraint, in plain Python.
 
-:func:`check_plan` takes a scenario, a catalog and an :class:`~optimizer.schema.Estimate` (what ``solve`` or
+:func:`check_plan` takes a scenario, a catalog and an :class:`~optimizer.schema_plan.Estimate` (what ``solve`` or
 ``estimate`` returned) and lists every rule the plan breaks, one message per violation; an empty list means the
 plan is valid. It does not use the enumeration, pruning, billing or solver it checks: it rebuilds the job and the
 one-row configuration itself, evaluates the pure models with arrays of length 1 (the hardware row comes from
@@ -26,21 +26,9 @@ from optimizer import cost, memory, timing
 from optimizer.catalog import Catalog, resolve_model
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.errors import InputError
-from optimizer.schema import (
-    TERM_HOURS,
-    Estimate,
-    FxFile,
-    Gpu,
-    Method,
-    ModelArch,
-    ModelFile,
-    Offer,
-    Offload,
-    Plan,
-    Precision,
-    Scenario,
-    Term,
-)
+from optimizer.schema import TERM_HOURS, Method, ModelArch, Offload, Precision, Scenario, Term
+from optimizer.schema_catalog import FxFile, Gpu, ModelFile, Offer
+from optimizer.schema_plan import Estimate, Plan
 from optimizer.space import hardware as space_hardware
 from optimizer.yamlio import read_yaml, validate
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from optimizer.catalog import CATALOG_DIR, default_offer_files
-from optimizer.schema import Gpu, Offer
+from optimizer.schema_catalog import Gpu, Offer
 
 OFFER_FILES = default_offer_files()
 

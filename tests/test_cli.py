@@ -9,7 +9,8 @@ import re
 import pytest
 import yaml
 
-from optimizer.schema import Gpu, Offer, Term
+from optimizer.schema import Term
+from optimizer.schema_catalog import Gpu, Offer
 
 from .conftest import REPO
 

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from optimizer import cost
 from optimizer.errors import InputError
-from optimizer.schema import Offer, Term
+from optimizer.schema import Term
+from optimizer.schema_catalog import Offer
 
 P = 2.0  # price per card-hour
 

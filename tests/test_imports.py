@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "optimizer"
 MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
 
 LAYER = {  # a module may import only modules of a lower layer (or, listed in SAME_LAYER, of its own)
-    "errors": 0, "schema": 0, "atomic": 0,
+    "errors": 0, "schema": 0, "schema_catalog": 0, "schema_plan": 0, "atomic": 0,
     "yamlio": 1, "configs": 1, "launch": 1,
     "catalog": 2,
     "memory": 3, "timing": 3, "cost": 3,
@@ -29,7 +29,10 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
     "report": 9, "report_front": 9, "report_batch": 9, "report_catalog": 9,
     "cli": 10,
 }  # fmt: skip
-SAME_LAYER = {("timing", "memory"), ("batch", "pareto"), ("report_front", "report")}
+SAME_LAYER = {
+    ("schema_catalog", "schema"), ("schema_plan", "schema"),
+    ("timing", "memory"), ("batch", "pareto"), ("report_front", "report"),
+}  # fmt: skip
 TERMINAL = {"click", "rich"}  # user-interface libraries: report modules and cli only
 
 

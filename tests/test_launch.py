@@ -6,7 +6,8 @@ import json
 
 from optimizer.launch import deepspeed_config, fsdp_plugin, hf_arguments, launch_settings
 from optimizer.planner import solve_scenario
-from optimizer.schema import Plan, Scenario
+from optimizer.schema import Scenario
+from optimizer.schema_plan import Plan
 
 from .conftest import REPO, scenario_doc
 

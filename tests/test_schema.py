@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from optimizer.catalog import load_catalog, load_scenario
 from optimizer.errors import InputError
-from optimizer.schema import Estimate, PlanPins, Scenario, Term
+from optimizer.schema import PlanPins, Scenario, Term
+from optimizer.schema_plan import Estimate
 from optimizer.validator import validate_catalog_files
 
 from .conftest import REPO, scenario_doc

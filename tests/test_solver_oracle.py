@@ -26,7 +26,8 @@ from optimizer.catalog import Catalog, load_catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, column
 from optimizer.errors import InputError
 from optimizer.planner import prepare, solve_scenario, to_estimate
-from optimizer.schema import Checkpointing, ModelArch, Offer, Offload, Precision, Scenario, Status
+from optimizer.schema import Checkpointing, ModelArch, Offload, Precision, Scenario, Status
+from optimizer.schema_catalog import Offer
 from optimizer.solver import cents, limits_from, seconds, solve
 from optimizer.validator import check_plan, hardware_of, job_of
 

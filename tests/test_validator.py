@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from optimizer.planner import SolveResult, estimate_scenario, prepare, solve_scenario
-from optimizer.schema import Budget, Estimate, Offload, OptimizerName, Scenario
+from optimizer.schema import Budget, Offload, OptimizerName, Scenario
+from optimizer.schema_plan import Estimate
 from optimizer.validator import check_plan
 
 from .conftest import REPO

@@ -1,0 +1,133 @@
+"""Pydantic models of the catalog files: GPUs, offers and their prices, exchange rates, model lists."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Literal
+
+from pydantic import (
+    Field,
+    model_validator,
+)
+
+from optimizer.schema import Currency, Float, Int, ModelArch, PositiveFloat, Precision, Strict, Term
+
+# ---------------------------------------------------------------------------------------------------------------
+# Catalog
+
+
+class Gpu(Strict):
+    """One GPU type with its specs (catalogs/gpus.yaml); rates are dense, FP32-accumulate."""
+
+    id: str
+    name: str
+    aliases: list[str] = []
+    vendor: Literal["nvidia", "amd"]
+    arch: Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3"]
+    compute_capability: str | None = None
+    memory_gib: PositiveFloat
+    memory_bandwidth_gb_per_s: PositiveFloat
+    bf16_tflops: PositiveFloat | None = None
+    fp16_tflops: PositiveFloat
+    fp8_tflops: PositiveFloat | None = None
+    fp32_tflops: PositiveFloat
+    native_bf16: bool
+    matmul_ceiling_fraction: Float | None = Field(None, gt=0, le=1)
+    nvlink_gb_per_s: Float = Field(ge=0, allow_inf_nan=False)
+    nvlink_domain: Int = Field(ge=1, le=1024)
+    p2p: bool = True
+    pcie_gen: Int = Field(ge=1, le=7)
+    pcie_gb_per_s: PositiveFloat
+    cards_per_node: Int = Field(ge=1, le=1024)
+    tdp_w: PositiveFloat
+    source: str = Field(min_length=3)
+    as_of: date
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _bf16_consistent(self) -> Gpu:
+        if self.native_bf16 and self.bf16_tflops is None:
+            raise ValueError("native_bf16 is true but bf16_tflops is missing")
+        if not self.native_bf16 and self.bf16_tflops is not None:
+            raise ValueError("bf16_tflops given for a GPU without native bf16")
+        return self
+
+    def peak_tflops(self, precision: Precision) -> float | None:
+        """Dense peak of the precision, or None when the GPU cannot run it natively."""
+        return {
+            Precision.bf16: self.bf16_tflops,
+            Precision.fp16: self.fp16_tflops,
+            Precision.fp8: self.fp8_tflops,
+            Precision.fp32: self.fp32_tflops,
+        }[precision]
+
+
+class Price(Strict):
+    """One term's price per card, with its source and date."""
+
+    amount: PositiveFloat = Field(le=1e9)
+    source: str = Field(min_length=3)
+    as_of: date
+
+
+class Offer(Strict):
+    """A rentable GPU offer (catalogs/offers/*.yaml); prices per card and term unit."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    provider: str
+    gpu: str
+    cards_per_node: Int = Field(ge=1, le=1024)
+    max_nodes: Int = Field(1, ge=1, le=10_000)
+    inter_node_gb_per_s: Float | None = Field(None, gt=0, allow_inf_nan=False)
+    nvlink: bool = True
+    hour_increment_s: Int = Field(3600, ge=1, le=3600)
+    prices: dict[Term, Price] = Field(min_length=1)
+    notes: str | None = None
+    currency: Currency = Field("USD", description="filled from the file's currency")
+
+    @model_validator(mode="after")
+    def _network_for_nodes(self) -> Offer:
+        if self.max_nodes > 1 and self.inter_node_gb_per_s is None:
+            raise ValueError("max_nodes > 1 needs inter_node_gb_per_s (the network between nodes)")
+        if 3600 % self.hour_increment_s:
+            raise ValueError("hour_increment_s must divide 3600")
+        return self
+
+
+class OfferFile(Strict):
+    """Top level of an offers file."""
+
+    schema_version: Literal[1]
+    currency: Currency
+    offers: list[dict] = Field(min_length=1)
+
+
+class GpuFile(Strict):
+    """Top level of gpus.yaml."""
+
+    schema_version: Literal[1]
+    gpus: list[Gpu] = Field(min_length=1)
+
+
+class FxRate(Strict):
+    """1 unit of ``base`` buys ``rate`` units of ``quote``."""
+
+    base: Currency
+    quote: Currency
+    rate: PositiveFloat
+    source: str = Field(min_length=3)
+    as_of: date
+
+
+class FxFile(Strict):
+    """Top level of fx.yaml."""
+
+    schema_version: Literal[1]
+    rates: list[FxRate] = []
+
+
+class ModelFile(Strict):
+    """Top level of models.yaml."""
+
+    schema_version: Literal[1]
+    models: list[ModelArch] = Field(min_length=1)
