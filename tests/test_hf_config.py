@@ -7,8 +7,6 @@ import json
 from optimizer.catalog import import_hf_config
 from optimizer.planner import estimate_scenario
 
-from .conftest import scenario_doc
-
 # Values of Qwen/Qwen2.5-7B's config.json (the source named in catalogs/models.yaml)
 QWEN25_7B = {
     "architectures": ["Qwen2ForCausalLM"],
