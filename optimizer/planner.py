@@ -266,4 +266,5 @@ def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Over
     best = int(np.lexsort((np.arange(len(ev)), totals))[0])
     space.cost_total = totals
     space.bills = bills
-    return to_estimate(space, best, Status.optimal if bool(ev.fits[best]) else Status.infeasible)
+    # an estimate is one given configuration, not an optimum: feasible when it fits, else infeasible
+    return to_estimate(space, best, Status.feasible if bool(ev.fits[best]) else Status.infeasible)
