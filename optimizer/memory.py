@@ -14,8 +14,9 @@ with FSDP2 and nemo with Megatron's distributed optimizer, both in their own pro
 Peak. The components are the bytes live at the peak of one training step, so that
 total = weights + gradients + optimizer + activations + logits + overhead. Gradients that are freed every step
 (gradient accumulation 1, no persistent gradient buffer) are allocated while the activations are released, so the
-peak is W + O + max(A + LOG, G) (formulas.md section 1 "Rules the solver needs"); ``gradients`` then reports the
-part of G above A + LOG. ``overhead`` holds the CUDA context (``context``, outside torch's counters),
+peak is W + O + max(A + LOG + G_out, G) (formulas.md section 1 "Rules the solver needs"; G_out, the trained output
+layer's gradient, is produced first, while everything else is still live); ``gradients`` then reports the part
+of that maximum above A + LOG. ``overhead`` holds the CUDA context (``context``, outside torch's counters),
 communication buffers, ZeRO-3/FSDP gathered parameters, k-bit dequantisation and allocator fragmentation
 (``fragmentation``, reserved minus allocated); :func:`peak_for_metric` maps the total to what a counter reports.
 
@@ -346,18 +347,26 @@ def logits_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
 
     c_loss per loss implementation (calibration ``logits_bytes_per_vocab_token``): standard (16-bit logits, an
     fp32 upcast, fp32 log-softmax and its gradient: 12-16 B per vocab entry per token in HF/torchtune, less where
-    the model keeps bf16 logits), chunked (torchtune CEWithChunkedOutputLoss: bf16 logits plus one fp32 chunk,
-    about 4-6 B), fused linear-CE (Liger, CCE: about 0). Source: formulas.md section 4.5. ``auto`` takes the
-    framework default (``default_loss``). ``standard`` is read per framework (``standard_loss_kind``): a bf16
-    cross-entropy (``standard``, fitted on the Qwen cases, whose remote code keeps bf16 logits) or, for
-    torchtune, whose TransformerDecoder returns ``self.output(h).float()``, one on fp32-upcast logits
-    (``standard_fp32``: fp32 logits, their fp32 log-softmax and its fp32 gradient, 4 B each = 12 B, the low end
-    of formulas.md's 12-16 B; not fitted).
+    the model keeps bf16 logits), chunked (torchtune CEWithChunkedOutputLoss, 8 token chunks), fused linear-CE
+    (Liger, CCE: about 0). Source: formulas.md section 4.5. ``auto`` takes the framework default
+    (``default_loss``). ``standard`` is read per framework (``standard_loss_kind``): a bf16 cross-entropy
+    (``standard``, fitted on the Qwen cases, whose remote code keeps bf16 logits) or, for torchtune, whose
+    TransformerDecoder returns ``self.output(h).float()``, one on fp32-upcast logits (``standard_fp32``: fp32
+    logits, their fp32 log-softmax and its fp32 gradient, 4 B each = 12 B, the low end of formulas.md's 12-16 B;
+    not fitted). chunked is counted from what autograd keeps (not fitted): eager (``chunked``), the bf16 logits
+    (2 B, held by the recipe until the loss returns) + each chunk's fp32 log-softmax output saved for backward
+    (4 B) + the fp32 upcast of the chunk in flight (4/8 B) = 6.5 B; with ``training.compile`` torchtune compiles
+    the per-chunk upcast + cross-entropy (torchtune/training/_compile.py compile_loss: "we only compile the upcast
+    + cross-entropy calculation, not the chunking"), so the fp32 softmax is fused and recomputed in backward and
+    only the bf16 logits stay saved, plus one chunk's bf16 logit gradient in backward: 2 + 2/8 = 2.25 B
+    (``chunked_compiled``).
     """
     loss = job.loss
     if loss is Loss.auto:
         loss = Loss(consts["default_loss"][job.framework.value])
     kind = consts["standard_loss_kind"][job.framework.value] if loss is Loss.standard else loss.value
+    if loss is Loss.chunked and job.compile:
+        kind = "chunked_compiled"  # torchtune compile_loss compiles the per-chunk upcast + cross-entropy only
     tokens = _f(cfg.micro_batch * job.seq_len)
     return _i64(tokens * job.arch.vocab * float(consts["logits_bytes_per_vocab_token"][kind]) / cfg.tp)
 
@@ -421,12 +430,29 @@ def cpu_offload_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.n
     return _i64(np.where((cfg.offload == _NONE) | (cfg.zero_stage == 0), 0.0, host))
 
 
+def output_gradient_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """Gradient of the output layer (lm_head, or the tied embedding) when it is trained (bytes, (n,)).
+
+    V x h x g16 / t for full fine-tuning below ZeRO-3 (at ZeRO-3/FSDP the unsharded gradient of one unit is already
+    in :func:`zero3_gathered_bytes`); 0 for LoRA/QLoRA, whose output layer is frozen. Backward produces it first,
+    from the logit gradients, before any activation is released, so it adds to activations + logits at the peak
+    even when the other gradients are transient (:func:`breakdown`).
+    """
+    if job.method is not Method.full:
+        return np.zeros(len(cfg), dtype=np.int64)
+    g16 = _state_bytes(job, cfg, consts)["grad16"]
+    out = job.arch.vocab * job.arch.hidden * g16 / _f(cfg.tp)
+    return _i64(np.where(cfg.zero_stage >= 3, 0.0, out))
+
+
 def breakdown(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """All components at the peak, their ``total`` and ``cpu_offload`` (int64 bytes, (n,)).
 
     total = weights + gradients + optimizer + activations + logits + overhead, where
     gradients = G if the gradients persist (gradient accumulation > 1, DeepSpeed's partitions, DDP buckets) else
-    max(0, G - A - LOG) (peak W + O + max(A + LOG, G), formulas.md section 1), and
+    max(G, A + LOG + G_out) - A - LOG (peak W + O + max(A + LOG + G_out, G), formulas.md section 1, with G_out the
+    output layer's gradient, produced first while the logits and activations are still live:
+    :func:`output_gradient_bytes`), and
     overhead = context + buffers + ZeRO-3 gathered + fragmentation x (activations + logits + buffers + gathered):
     the caching allocator fragments around the tensors allocated and freed every micro-batch, while model states
     are allocated once at start-up (flat buffers) and pack tightly.
@@ -441,7 +467,10 @@ def breakdown(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> dict[str, np
     }
     grads = gradient_bytes(job, cfg, consts)
     transient = (cfg.grad_accum <= 1) & ~_uses_deepspeed(job, cfg) & ~((cfg.zero_stage == 0) & (cfg.dp > 1))
-    parts["gradients"] = np.where(transient, np.maximum(grads - parts["activations"] - parts["logits"], 0), grads)
+    # the output layer's weight gradient is the first one produced, while the logits and activations are live
+    first = output_gradient_bytes(job, cfg, consts)
+    in_flight = parts["activations"] + parts["logits"] + first
+    parts["gradients"] = np.where(transient, np.maximum(grads, in_flight) - in_flight + first, grads)
     inside = buffer_bytes(job, cfg, consts) + zero3_gathered_bytes(job, cfg, consts)
     dynamic = parts["activations"] + parts["logits"] + inside  # allocated and freed every micro-batch
     parts["fragmentation"] = _i64(dynamic * float(consts["fragmentation"]))

@@ -10,9 +10,10 @@ UNKNOWN_METRIC_BY_UNIT); the HF-based sources (Qwen's profiling table, the PEFT
 docs' screenshots, LLaMA-Factory's GRAM column) are device-level totals (nvidia-smi). Units as the source gives
 them (GB = 1e9, GiB = 2^30).
 
-Split: the constants fitted to cases (``logits_bytes_per_vocab_token`` standard and chunked, ``context_bytes``,
-``fragmentation``, ``fsdp_live_units``) were chosen on the ``tuned`` cases only; HELD_OUT was fixed before that
-fit, about a third of the measured cases, at least one from each source.
+Split: the constants fitted to cases (``logits_bytes_per_vocab_token`` standard, ``context_bytes``,
+``fragmentation``, ``fsdp_live_units``; the chunked loss was fitted too until it was replaced by counted values,
+docs/memory-model.md section 3) were chosen on the ``tuned`` cases only; HELD_OUT was fixed before that fit, about
+a third of the measured cases, at least one from each source.
 """
 
 from __future__ import annotations

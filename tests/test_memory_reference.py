@@ -24,20 +24,19 @@ RESULTS = {r.id: r for r in evaluate_all()}
 MEMORY_KEYS = {"weights", "gradients", "optimizer", "activations", "logits", "overhead", "total", "capacity", "fits",
                "cpu_offload"}  # fmt: skip
 
-# case id -> why the prediction is still off by more than 25% with the note settings applied
+# case id -> why the prediction is still off by more than 25% with the note settings applied (evidence in
+# docs/memory-model.md section 5, "Where the model misses, and why")
 KNOWN_GAPS = {
-    "mem-tt-llama3.2-3b-lora": "weights 6.2 GiB + bf16 logits of 8192 x 128256 tokens 1.96 GiB + adapter states "
-    "already exceed what the 8.5 GiB leaves; the run cannot have held full chunked-CE logits (setting not in notes)",
-    "mem-tt-llama3.2-3b-qlora": "as the LoRA row: the 4.6 GiB leaves ~1 B per vocab entry and token for the loss, "
-    "below the bf16 logits themselves",
-    "mem-tt-llama2-7b-qlora-4090-alpaca": "2024 reserved peak is twice the training need; it includes start-up "
-    "allocations (model loading before NF4 quantisation) that the notes do not describe",
-    "mem-tt-llama2-7b-lora-2x4090-alpaca": "reserved peak above the same recipe on one GPU (17.18 GB): start-up "
-    "allocations (rank 0 loading the full model before sharding), not in the notes",
+    "mem-tt-llama2-7b-qlora-4090-alpaca": "reserved peak set at start-up: the same run's QLoRA tutorial table "
+    "(pytorch/torchtune:docs/source/tutorials/qlora_finetune.rst) gives 9.13 GB reserved after model init and 9.29 GB "
+    "in training; the allocator keeps the init reserve (NF4 quantisation on the GPU) and the model has no init term",
+    "mem-tt-llama2-7b-lora-2x4090-alpaca": "reserved peak above the same recipe on one GPU (17.18 GB): a start-up "
+    "reserve (FSDP1 full-state-dict load of the whole model) that the model does not represent",
     "mem-tt-llama2-7b-full-4x4090-alpaca": "reserved peak 22.9 GB at 1024 tokens vs 24.1 GB at 8192 tokens "
-    "(same recipe): a ~20 GB token-independent floor the stated settings do not explain",
-    "mem-peft-llama2-70b-qlora-fsdp-cpu-offload-2x24g": "FSDP CPU-offload staging buffers and pinned transfers: "
-    "the notes give no setting that moves the GPU peak up by 7 GB",
+    "(same recipe): a ~20 GB token-independent floor, a start-up reserve like the two rows above",
+    "mem-peft-llama2-70b-qlora-fsdp-cpu-offload-2x24g": "the doc's own caveat: 'GPU Memory saving when using CPU "
+    "Offloading is untested' (huggingface/peft:docs/source/accelerate/fsdp.md); the run saves 16 GB against the "
+    "no-offload run where offloading the sharded states would save 19 GB, and no stated setting explains it",
 }
 
 

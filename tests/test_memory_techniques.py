@@ -76,13 +76,38 @@ def test_torchtune_standard_loss_uses_fp32_upcast_bytes():
     assert _one(memory.logits_bytes, j, cfg(micro_batch=2)) == T * 128_256 * 12
 
 
-def test_plain_to_chunked_cross_entropy_drop_matches_the_ladder_rung_within_5_percent():
-    # ladder "+ Compile" 51.0 -> "+ Chunked Cross Entropy" 42.9 GiB: 8.1 GiB; model T V (12 - 4) = 7.83 GiB
+def test_chunked_cross_entropy_bytes_are_counted_from_what_autograd_keeps():
+    # eager: bf16 logits 2 + saved fp32 log-softmax 4 + one fp32 chunk 4/8 = 6.5 B; compiled per-chunk CE
+    # (torchtune compile_loss): bf16 logits 2 + one bf16 gradient chunk 2/8 = 2.25 B per vocab entry and token
+    eager = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="chunked")
+    compiled = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="chunked", compile=True)
+    c = cfg(micro_batch=2)
+    assert _one(memory.logits_bytes, eager, c) == int(np.ceil(T * 128_256 * 6.5))
+    assert _one(memory.logits_bytes, compiled, c) == int(np.ceil(T * 128_256 * 2.25))
+
+
+def test_plain_to_chunked_cross_entropy_drop_is_within_20_percent_of_the_ladder_rung():
+    # ladder "+ Compile" 51.0 -> "+ Chunked Cross Entropy" 42.9 GiB: 8.1 GiB; model T V (12 - 2.25) = 9.54 GiB (+18%).
+    # With the former fitted chunked constant (4 B) this was 7.83 GiB (-3%); the derived 2.25 B is what the LoRA and
+    # QLoRA rows of the same ladder allow (docs/memory-model.md section 3), and both rows stay within 3% in total.
     std = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="standard", compile=True)
     chunked = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="chunked", compile=True)
     c = cfg(micro_batch=2)
     drop = _one(memory.logits_bytes, std, c) - _one(memory.logits_bytes, chunked, c)
-    assert abs(drop / GIB / 8.1 - 1.0) <= 0.05, f"model {drop / GIB:.2f} GiB vs ladder 8.1 GiB"
+    assert abs(drop / GIB / 8.1 - 1.0) <= 0.20, f"model {drop / GIB:.2f} GiB vs ladder 8.1 GiB"
+
+
+def test_output_layer_gradient_adds_to_the_forward_peak_in_full_fine_tuning():
+    # the (tied) output layer's gradient V h x 2 B is produced while logits and activations are live
+    full = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, compile=True, optimizer_in_backward=True)
+    c = cfg(micro_batch=2, checkpointing="full")
+    assert _one(memory.output_gradient_bytes, full, c) == 128_256 * 3072 * 2
+    parts = memory.breakdown(full, c, consts())
+    live = parts["activations"][0] + parts["logits"][0]
+    assert parts["gradients"][0] == max(_one(memory.gradient_bytes, full, c), live + 128_256 * 3072 * 2) - live
+    lora = job(arch=LLAMA32_3B, framework="torchtune", method="lora")
+    assert _one(memory.output_gradient_bytes, lora, c) == 0
+    assert _one(memory.output_gradient_bytes, full, cfg(zero=3, dp=2)) == 0
 
 
 def test_hf_standard_loss_keeps_the_bf16_bytes():
