@@ -18,11 +18,11 @@ from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
 from optimizer.errors import InputError, SolverLimitError
 from optimizer.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.launch import launch_settings
-from optimizer.schema import Budget, Objective, Scenario, Status
+from optimizer.schema import Budget, Objective, PlanPins, Scenario, Status
 from optimizer.schema_plan import CostReport, Estimate, MemoryReport, Plan, TimeReport
 from optimizer.solver import Limits, Outcome, SolverSettings, limits_from, solve
-from optimizer.space import MAX_JOB_HOURS, Space, build, enumerate_all, report_currency
-from optimizer.yamlio import validate_value
+from optimizer.space import MAX_JOB_HOURS, Space, bill_rows, build, enumerate_all, report_currency
+from optimizer.yamlio import validate, validate_value
 
 
 @dataclass
@@ -133,12 +133,6 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
     return Estimate(status=status, plan=plan, memory=memory, time=time, cost=money)
 
 
-def _explain(space: Space, objective: Objective, limits: Limits, settings: SolverSettings, catalog: Catalog,
-             source: str = "scenario") -> Relaxation:  # fmt: skip
-    """Which constraints bind and the relaxation that fixes each (optimizer.explain)."""
-    return explain(space, objective, limits, settings, catalog, source)
-
-
 DEFAULT_SETTINGS = SolverSettings()
 
 
@@ -191,7 +185,7 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     sc, catalog, source, space, limits = loaded.scenario, loaded.catalog, loaded.source, loaded.space, loaded.limits
     with named_limits(source):
         out = solve(space, sc.objective, limits, settings)
-        rel = _explain(space, sc.objective, limits, settings, catalog, source) if out.index is None else None
+        rel = explain(space, sc.objective, limits, settings, catalog, source) if out.index is None else None
     if out.index is None:
         empty = Estimate(status=Status.infeasible, plan=None, memory=None, time=None, cost=None)
         return SolveResult(sc, empty, [], [], rel, space.currency, None, len(space.cand), space.enumerated)
@@ -244,9 +238,6 @@ def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Over
                 f"plan.{key}",
                 f"estimate needs {key} (in the scenario's plan: block or as --{key.replace('_', '-')})",
             )
-    from optimizer.schema import PlanPins
-    from optimizer.yamlio import validate
-
     pinned = validate(PlanPins, merged, source, "plan.")
     sc = sc.model_copy(update={"plan": pinned})
     arch = resolve_model(sc, catalog, path)
@@ -260,9 +251,7 @@ def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Over
     if not slowest <= MAX_JOB_HOURS:  # also NaN and infinity
         raise InputError(source, "data", f"this configuration takes {slowest:,.0f} hours, more than the "
                          f"{MAX_JOB_HOURS:,} hours (100 years) ftopt plans for; reduce the data")  # fmt: skip
-    terms = frozenset([sc.plan.term]) if sc.plan.term else None
-    bills = [cost.bill(float(ev.time["hours"][i]), offers[int(ev.offer_idx[i])], terms) for i in range(len(ev))]
-    totals = np.array([b.per_card * int(ev.cards[i]) * space.fx[int(ev.offer_idx[i])] for i, b in enumerate(bills)])
+    totals, bills = bill_rows(ev, sc, offers, fx)
     best = int(np.lexsort((np.arange(len(ev)), totals))[0])
     space.cost_total = totals
     space.bills = bills

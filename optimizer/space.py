@@ -376,6 +376,24 @@ def prune(ev: Evaluated) -> np.ndarray:
     return ranked[first]
 
 
+def bill_rows(
+    ev: Evaluated, scenario: Scenario, offers: list[Offer], fx: list[float]
+) -> tuple[np.ndarray, list[cost.Bill]]:
+    """Cheapest bill of every row (one cost.bills call per offer) and its total: per card x cards x fx rate.
+
+    A pinned ``term`` restricts the terms; a row whose offer does not price it gets an infinite total.
+    """
+    terms = frozenset([scenario.plan.term]) if scenario.plan.term else None
+    totals = np.zeros(len(ev))
+    by_row: dict[int, cost.Bill] = {}
+    for oi in np.unique(ev.offer_idx):
+        rows = np.flatnonzero(ev.offer_idx == oi)
+        for r, b in zip(rows, cost.bills(ev.time["hours"][rows], offers[oi], terms), strict=True):
+            totals[r] = b.per_card * ev.cards[r] * fx[oi]
+            by_row[int(r)] = b
+    return totals, [by_row[i] for i in range(len(ev))]
+
+
 def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenario") -> Space:
     """Enumerate, evaluate, filter by memory, prune by dominance, and bill the survivors."""
     job, offers, gpus, ev = enumerate_all(scenario, catalog, arch, source)
@@ -394,15 +412,7 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
             raise InputError(source, "data", f"the fastest plan that fits takes {fastest:,.0f} hours, more "
                              f"than the {MAX_JOB_HOURS:,} hours (100 years) ftopt plans for; reduce the data")
     cand = ev.take(keep)
-    terms = frozenset([scenario.plan.term]) if scenario.plan.term else None
-    totals = np.zeros(len(cand))
-    by_row: dict[int, cost.Bill] = {}
-    for oi in np.unique(cand.offer_idx):
-        rows = np.flatnonzero(cand.offer_idx == oi)
-        for r, b in zip(rows, cost.bills(cand.time["hours"][rows], offers[oi], terms), strict=True):
-            totals[r] = b.per_card * cand.cards[r] * fx[oi]
-            by_row[int(r)] = b
-    bills_out = [by_row[i] for i in range(len(cand))]
+    totals, bills_out = bill_rows(cand, scenario, offers, fx)
     finite = np.isfinite(totals)
     if not finite.all():  # a pinned term the offer does not price
         cand = cand.take(finite)
