@@ -17,10 +17,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from optimizer.uncertainty import ratio_quantiles  # noqa: E402
 from tests.memory_reference_cases import (  # noqa: E402
     NOTE_SETTINGS,
     UNIT_BYTES,
     evaluate_all,
+    heldout_ratios,
     load_cases,
     rule_of_thumb_gb,
     summary,
@@ -68,6 +70,8 @@ def main() -> None:
                      and abs(r.error) <= 0.25)  # fmt: skip
         print(f"| {split or 'all'} | {s['cases']} | {w['median']:.1%} | {w['max']:.1%} | {s['median']:.1%} "
               f"| {s['max']:.1%} | {inside} | {statistics.median(t):.1%} | {max(t):.1%} |")  # fmt: skip
+    print()
+    print(f"calibration.yaml accuracy.memory: {ratio_quantiles(heldout_ratios(results))}")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from optimizer import planner  # noqa: E402
 from optimizer.catalog import load_catalog  # noqa: E402
+from optimizer.uncertainty import ratio_quantiles  # noqa: E402
 
 CASES = REPO / "tests" / "data" / "reference" / "throughput_cases.yaml"  # copy of shared/reference
 # Per-GPU inter-node bandwidth of the cluster each source ran on, where it differs from the catalog offer.
@@ -211,6 +212,12 @@ def summary(rows: list[Row]) -> dict[str, tuple[int, float, float]]:
     return out
 
 
+def heldout_ratios(rows: list[Row]) -> list[float]:
+    """real / predicted compute time of every held-out case (predicted / published tokens/s): the basis of
+    calibration.yaml ``accuracy.time`` (optimizer/uncertainty.py)."""
+    return [1.0 + r.error for r in rows if r.split == "held-out"]
+
+
 def markdown(rows: list[Row]) -> str:
     """The per-case table and the summary lines, as Markdown."""
     lines = [
@@ -249,8 +256,10 @@ def main() -> None:
     if args.fit:  # the table below then uses the refitted constants; copy them into calibration.yaml to keep them
         cal = fit()
         print({k: cal[k] for k in ("efficiency", "framework_factor", "link_efficiency")})
-    table = markdown(evaluate(as_written=args.as_written, calibration=cal))
+    rows = evaluate(as_written=args.as_written, calibration=cal)
+    table = markdown(rows)
     print(table)
+    print(f"\ncalibration.yaml accuracy.time: {ratio_quantiles(heldout_ratios(rows))}")
     if args.doc:
         write_doc(args.doc, table)
 

@@ -22,6 +22,7 @@ from optimizer.schema import Budget, Objective, PlanPins, Scenario, Status
 from optimizer.schema_plan import CostReport, Estimate, MemoryReport, Plan, TimeReport
 from optimizer.solver import Limits, Outcome, SolverSettings, limits_from, solve
 from optimizer.space import MAX_JOB_HOURS, Space, bill_rows, build, enumerate_all, report_currency
+from optimizer.uncertainty import band
 from optimizer.yamlio import validate, validate_value
 
 
@@ -130,7 +131,11 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         money = CostReport(
             total=offer_total, currency=offer.currency, budget_currency_total=round(float(space.cost_total[i]), 2)
         )
-    return Estimate(status=status, plan=plan, memory=memory, time=time, cost=money)
+    est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money)
+    if {"memory", "time"} <= set(space.accuracy):
+        oi = int(c.offer_idx[i])
+        est = est.model_copy(update={"uncertainty": band(est, offer, space.fx[oi], space.scenario, space.accuracy)})
+    return est
 
 
 DEFAULT_SETTINGS = SolverSettings()
@@ -246,7 +251,8 @@ def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Over
         raise InputError(source, *pin_problem(sc, arch, offers, gpus))
     currency = report_currency(sc, offers)
     fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
-    space = Space(job, sc, offers, gpus, currency, fx, ev, np.zeros(len(ev)), [], len(ev), int(ev.fits.sum()))
+    space = Space(job, sc, offers, gpus, currency, fx, ev, np.zeros(len(ev)), [], len(ev), int(ev.fits.sum()),
+                  accuracy=catalog.calibration.get("accuracy", {}))
     slowest = float(np.max(ev.time["hours"]))
     if not slowest <= MAX_JOB_HOURS:  # also NaN and infinity
         raise InputError(source, "data", f"this configuration takes {slowest:,.0f} hours, more than the "

@@ -125,6 +125,28 @@ def estimate_lines(est: Estimate) -> list[Any]:
         f"Cost: {c.total:,.2f} {c.currency}"
         + (f" (= {c.budget_currency_total:,.2f} in budget currency)" if c.budget_currency_total is not None else "")
         + f"; billed {units} per card x {p.cards} card{'s' if p.cards > 1 else ''} ({p.term})",
+        *uncertainty_lines(est),
+    ]
+
+
+def uncertainty_lines(est: Estimate) -> list[str]:
+    """The plan at the 10th and 90th percentile of the models' held-out errors, and whether it still holds."""
+    u, m = est.uncertainty, est.memory
+    if u is None or m is None:
+        return []
+    um, ut, uc = u.memory, u.time, u.cost
+    if um.fits_p90:
+        memory = "fits at the high end too"
+    else:
+        memory = (f"over the usable memory at the high end (headroom: {1 - 1 / um.ratio_p90:.2f} in the scenario "
+                  "makes every plan allow for it)")
+    holds = [f"{name} {'met' if ok else 'MISSED'}" for name, ok in
+             (("deadline", ut.meets_deadline_p90), ("budget", uc.within_budget_p90)) if ok is not None]  # fmt: skip
+    return [
+        f"Uncertainty (10th-90th percentile of measured/predicted on {um.cases} + {ut.cases} held-out cases): "
+        f"peak {_gib(um.total_p10)} to {_gib(um.total_p90)}, {memory}",
+        f"  time {ut.hours_p10:,.1f}-{ut.hours_p90:,.1f} h, cost {uc.total_p10:,.2f}-{uc.total_p90:,.2f} {uc.currency}"
+        + (f"; at the slow end: {', '.join(holds)}" if holds else ""),
     ]
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import SerializerFunctionWrapHandler, model_serializer
+
 from optimizer.schema import Checkpointing, Offload, OptimizerName, Precision, Status, Strict
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -62,11 +66,59 @@ class CostReport(Strict):
     budget_currency_total: float | None = None
 
 
+class MemoryBand(Strict):
+    """Per-GPU peak at the 10th and 90th percentile of measured / predicted on held-out cases."""
+
+    cases: int
+    ratio_p10: float
+    ratio_p90: float
+    total_p10: int
+    total_p90: int
+    fits_p90: bool
+
+
+class TimeBand(Strict):
+    """Wall-clock hours at the 10th and 90th percentile of the step-time model's held-out errors."""
+
+    cases: int
+    ratio_p10: float
+    ratio_p90: float
+    hours_p10: float
+    hours_p90: float
+    meets_deadline_p90: bool | None
+
+
+class CostBand(Strict):
+    """The bill for ``hours_p10`` and ``hours_p90``, in the offer's currency."""
+
+    total_p10: float
+    total_p90: float
+    currency: str
+    within_budget_p90: bool | None
+
+
+class Uncertainty(Strict):
+    """How far reality may lie from the prediction, from the models' held-out errors (optimizer/uncertainty.py)."""
+
+    memory: MemoryBand
+    time: TimeBand
+    cost: CostBand
+
+
 class Estimate(Strict):
-    """A plan with its memory, time and cost (the JSON contract of DESIGN.md section 6)."""
+    """A plan with its memory, time and cost (the JSON contract of DESIGN.md section 6), and its uncertainty."""
 
     status: Status
     plan: Plan | None
     memory: MemoryReport | None
     time: TimeReport | None
     cost: CostReport | None
+    uncertainty: Uncertainty | None = None
+
+    @model_serializer(mode="wrap")
+    def _contract_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The five contract keys always; ``uncertainty`` only when there is a plan to qualify."""
+        doc = handler(self)
+        if doc.get("uncertainty") is None:
+            doc.pop("uncertainty", None)
+        return doc

@@ -93,6 +93,7 @@ class Space:
     enumerated: int = 0
     fitting: int = 0
     smallest_need: dict[str, int] = field(default_factory=dict)  # GPU id -> smallest per-GPU total over its configs
+    accuracy: dict[str, Any] = field(default_factory=dict)  # calibration.yaml accuracy (optimizer/uncertainty.py)
 
 
 # ------------------------------------------------------------------------------------------------ job and offers
@@ -418,4 +419,5 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
         cand = cand.take(finite)
         totals = totals[finite]
         bills_out = [b for b, f in zip(bills_out, finite, strict=True) if f]
-    return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, len(ev), int(ev.fits.sum()), need)
+    return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, len(ev), int(ev.fits.sum()), need,
+                 catalog.calibration.get("accuracy", {}))

@@ -207,6 +207,12 @@ def summary(results: list[CaseResult], split: str | None = None) -> dict[str, fl
     return {"cases": len(errs), "median": statistics.median(errs), "max": max(errs)}
 
 
+def heldout_ratios(results: list[CaseResult]) -> list[float]:
+    """measured / predicted peak of every held-out measured case: the basis of calibration.yaml
+    ``accuracy.memory`` (optimizer/uncertainty.py)."""
+    return [r.measured / r.predicted for r in results if r.bound is None and r.split == "held-out"]
+
+
 def rule_of_thumb_gb(case: dict[str, Any]) -> float:
     """The seeds' rules of thumb per GPU in GB, at their midpoints: full fine-tuning 16 GB per billion parameters
     (the seeds' "params x 16"), LoRA 5 (their 4-6), QLoRA 2.5 (their 2-3); divided by the card count (the most

@@ -1,7 +1,8 @@
 """Every module imports alone, and imports flow one way (DESIGN.md section 1, STYLE.md rule 2).
 
-schema <- catalog <- memory/timing/cost <- space <- solver <- (explain <-) planner/pareto/batch <- report <- cli. The
-validator stands beside the solver: it may use the models and space's hardware rows, never the solver or planner.
+schema <- catalog/activations <- memory/timing/cost <- space <- solver <- (explain <-) planner/pareto/batch <- report
+<- cli. The validator stands beside the solver: it may use the models and space's hardware rows, never the solver or
+planner.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
 LAYER = {  # a module may import only modules of a lower layer (or, listed in SAME_LAYER, of its own)
     "errors": 0, "schema": 0, "schema_catalog": 0, "schema_plan": 0, "atomic": 0,
     "yamlio": 1, "configs": 1, "launch": 1,
-    "catalog": 2,
+    "catalog": 2, "activations": 2,
     "memory": 3, "timing": 3, "cost": 3,
-    "space": 4,
+    "space": 4, "uncertainty": 4,
     "solver": 5, "validator": 5,
     "explain": 6,
     "planner": 7,

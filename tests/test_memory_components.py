@@ -1,7 +1,7 @@
 """Each memory component against a number computed by hand (comments show the arithmetic).
 
-Sources of the formulas: optimizer/memory.py docstrings, ../shared/reference/formulas.md Part I. Tolerances: exact
-(int64 bytes, ceil) unless stated.
+Sources of the formulas: optimizer/memory.py and optimizer/activations.py docstrings, ../shared/reference/formulas.md
+Part I. Tolerances: exact (int64 bytes, ceil) unless stated.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optimizer import memory
+from optimizer import activations, memory
 from tests.memory_builders import LLAMA2_7B, LLAMA31_8B, LLAMA32_3B, cfg, consts, job
 
 P7 = LLAMA2_7B.total_params  # 6,738,415,616
@@ -72,38 +72,37 @@ def test_peft_kbit_training_keeps_non_quantised_params_in_fp32():
 def test_activation_bytes_per_token_layer_eager_full_llama2_7b():
     # frozen 12h + 4h_kv + 6I + 4a, trainable extra 10h + 2I: 22*4096 + 4*4096 + 8*11008 + 4*32 = 194,688
     j = job(framework="hf", method="full")
-    assert float(memory.activation_bytes_per_token_layer(j, cfg(), consts())[0]) == 194_688
+    assert float(activations.activation_bytes_per_token_layer(j, cfg(), consts())[0]) == 194_688
 
 
 def test_lora_activations_save_only_adapted_inputs():
     # q,v adapters share one input: frozen 12h + 4h_kv + 6I + 4a + 2h = 14*4096 + 4*4096 + 6*11008 + 128 = 139,904
     j = job(framework="hf", method="lora", targets=["q_proj", "v_proj"])
-    assert float(memory.activation_bytes_per_token_layer(j, cfg(), consts())[0]) == 139_904
+    assert float(activations.activation_bytes_per_token_layer(j, cfg(), consts())[0]) == 139_904
 
 
 def test_eager_attention_adds_six_bytes_per_head_per_token_of_context():
     flash = job(attention="flash", seq_len=1024)
     eager = job(attention="eager", seq_len=1024)
-    diff = memory.activation_bytes_per_token_layer(eager, cfg(), consts()) - memory.activation_bytes_per_token_layer(
-        flash, cfg(), consts()
-    )
+    per_token_layer = activations.activation_bytes_per_token_layer
+    diff = per_token_layer(eager, cfg(), consts()) - per_token_layer(flash, cfg(), consts())
     assert float(diff[0]) == 6 * 32 * 1024
 
 
 def test_full_checkpointing_keeps_layer_inputs_plus_one_layer():
     # T = 2048: T x (2h x L + c_layer) = 2048 x (8192 x 32 + 194,688) = 935,591,936
     j = job(framework="hf", method="full", seq_len=2048)
-    assert _one(memory.activation_bytes, j, cfg(checkpointing="full")) == 2048 * (8192 * 32 + 194_688)
+    assert _one(activations.activation_bytes, j, cfg(checkpointing="full")) == 2048 * (8192 * 32 + 194_688)
 
 
 def test_no_checkpointing_keeps_every_layer():
     j = job(framework="hf", method="full", seq_len=2048)
-    assert _one(memory.activation_bytes, j, cfg(checkpointing="none")) == 2048 * 32 * 194_688
+    assert _one(activations.activation_bytes, j, cfg(checkpointing="none")) == 2048 * 32 * 194_688
 
 
 def test_selective_checkpointing_sits_between_full_and_none():
     j = job(framework="hf", method="full", seq_len=4096)
-    a = [_one(memory.activation_bytes, j, cfg(checkpointing=ck)) for ck in ("full", "selective", "none")]
+    a = [_one(activations.activation_bytes, j, cfg(checkpointing=ck)) for ck in ("full", "selective", "none")]
     assert a[0] < a[1] < a[2]
 
 
@@ -111,18 +110,18 @@ def test_standard_loss_logits_are_tokens_times_vocab_times_calibrated_bytes():
     # hf default loss standard: T x V x c = 2 x 2048 x 32000 x c_standard
     j = job(framework="hf", seq_len=2048)
     c = consts()["logits_bytes_per_vocab_token"]["standard"]
-    assert _one(memory.logits_bytes, j, cfg(micro_batch=2)) == int(np.ceil(2 * 2048 * 32000 * c))
+    assert _one(activations.logits_bytes, j, cfg(micro_batch=2)) == int(np.ceil(2 * 2048 * 32000 * c))
 
 
 def test_chunked_loss_is_cheaper_than_standard():
     std = job(framework="torchtune", loss="standard")
     chunked = job(framework="torchtune", loss="chunked")
-    assert _one(memory.logits_bytes, chunked, cfg()) < _one(memory.logits_bytes, std, cfg())
+    assert _one(activations.logits_bytes, chunked, cfg()) < _one(activations.logits_bytes, std, cfg())
 
 
 def test_tensor_parallel_halves_weights_and_activations():
     j = job(framework="nemo")
-    for fn in (memory.weight_bytes, memory.activation_bytes):
+    for fn in (memory.weight_bytes, activations.activation_bytes):
         assert _one(fn, j, cfg(tp=2)) == pytest.approx(_one(fn, j, cfg(tp=1)) / 2, abs=1)
 
 

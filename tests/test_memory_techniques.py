@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer import memory
+from optimizer import activations, memory
 from tests.memory_builders import LLAMA32_3B, cfg, consts, job
 
 GIB = 2**30
@@ -24,8 +24,8 @@ def test_compile_saves_8h_plus_2i_per_token_and_layer_in_full_finetuning():
     # eager full FT 22h + 4h_kv + 8I + 4a, compiled (fused) 14h + 4h_kv + 6I + 4a: 8h + 2I = 40,960 B
     eager = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096)
     compiled = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, compile=True)
-    per_eager = memory.activation_bytes_per_token_layer(eager, cfg(), consts())[0]
-    per_compiled = memory.activation_bytes_per_token_layer(compiled, cfg(), consts())[0]
+    per_eager = activations.activation_bytes_per_token_layer(eager, cfg(), consts())[0]
+    per_compiled = activations.activation_bytes_per_token_layer(compiled, cfg(), consts())[0]
     assert per_eager - per_compiled == 8 * H + 2 * I_ == 40_960
 
 
@@ -34,7 +34,7 @@ def test_compile_drop_matches_the_ladder_rung_within_5_percent():
     eager = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="standard")
     compiled = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="standard", compile=True)
     c = cfg(micro_batch=2)
-    drop = _one(memory.activation_bytes, eager, c) - _one(memory.activation_bytes, compiled, c)
+    drop = _one(activations.activation_bytes, eager, c) - _one(activations.activation_bytes, compiled, c)
     assert drop == T * L * 40_960
     assert abs(drop / GIB / 9.0 - 1.0) <= 0.05, f"model {drop / GIB:.2f} GiB vs ladder 9.0 GiB"
 
@@ -44,16 +44,16 @@ def test_activation_offload_keeps_only_the_layer_in_flight():
     on = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, activation_offload=True)
     off = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096)
     c = cfg(micro_batch=2, checkpointing="full")
-    per_layer = memory.activation_bytes_per_token_layer(on, c, consts())[0]
-    assert _one(memory.activation_bytes, on, c) == int(np.ceil(T * per_layer))
-    moved = _one(memory.activation_bytes, off, c) - _one(memory.activation_bytes, on, c)
+    per_layer = activations.activation_bytes_per_token_layer(on, c, consts())[0]
+    assert _one(activations.activation_bytes, on, c) == int(np.ceil(T * per_layer))
+    moved = _one(activations.activation_bytes, off, c) - _one(activations.activation_bytes, on, c)
     assert abs(moved - 2 * H * L * T) <= 1  # 1,409,286,144 B = 1.31 GiB, the ladder notes' "about 1.3 GiB"
 
 
 def test_activation_offload_without_checkpointing_also_keeps_one_layer():
     on = job(arch=LLAMA32_3B, framework="torchtune", activation_offload=True)
-    assert _one(memory.activation_bytes, on, cfg(checkpointing="none")) == _one(
-        memory.activation_bytes, on, cfg(checkpointing="full")
+    assert _one(activations.activation_bytes, on, cfg(checkpointing="none")) == _one(
+        activations.activation_bytes, on, cfg(checkpointing="full")
     )
 
 
@@ -73,7 +73,7 @@ def test_optimizer_in_backward_needs_gradient_accumulation_1():
 def test_torchtune_standard_loss_uses_fp32_upcast_bytes():
     # torchtune output(h).float() then unchunked CE: T x V x 12 = 8192 x 128256 x 12 B = 11.74 GiB
     j = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="standard")
-    assert _one(memory.logits_bytes, j, cfg(micro_batch=2)) == T * 128_256 * 12
+    assert _one(activations.logits_bytes, j, cfg(micro_batch=2)) == T * 128_256 * 12
 
 
 def test_chunked_cross_entropy_bytes_are_counted_from_what_autograd_keeps():
@@ -82,8 +82,8 @@ def test_chunked_cross_entropy_bytes_are_counted_from_what_autograd_keeps():
     eager = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="chunked")
     compiled = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="chunked", compile=True)
     c = cfg(micro_batch=2)
-    assert _one(memory.logits_bytes, eager, c) == int(np.ceil(T * 128_256 * 6.5))
-    assert _one(memory.logits_bytes, compiled, c) == int(np.ceil(T * 128_256 * 2.25))
+    assert _one(activations.logits_bytes, eager, c) == int(np.ceil(T * 128_256 * 6.5))
+    assert _one(activations.logits_bytes, compiled, c) == int(np.ceil(T * 128_256 * 2.25))
 
 
 def test_plain_to_chunked_cross_entropy_drop_is_within_20_percent_of_the_ladder_rung():
@@ -93,7 +93,7 @@ def test_plain_to_chunked_cross_entropy_drop_is_within_20_percent_of_the_ladder_
     std = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="standard", compile=True)
     chunked = job(arch=LLAMA32_3B, framework="torchtune", seq_len=4096, loss="chunked", compile=True)
     c = cfg(micro_batch=2)
-    drop = _one(memory.logits_bytes, std, c) - _one(memory.logits_bytes, chunked, c)
+    drop = _one(activations.logits_bytes, std, c) - _one(activations.logits_bytes, chunked, c)
     assert abs(drop / GIB / 8.1 - 1.0) <= 0.20, f"model {drop / GIB:.2f} GiB vs ladder 8.1 GiB"
 
 
@@ -112,7 +112,9 @@ def test_output_layer_gradient_adds_to_the_forward_peak_in_full_fine_tuning():
 
 def test_hf_standard_loss_keeps_the_bf16_bytes():
     j = job(framework="hf", loss="standard")
-    assert _one(memory.logits_bytes, j, cfg()) == 2048 * 32_000 * consts()["logits_bytes_per_vocab_token"]["standard"]
+    assert (
+        _one(activations.logits_bytes, j, cfg()) == 2048 * 32_000 * consts()["logits_bytes_per_vocab_token"]["standard"]
+    )
 
 
 def test_new_settings_default_off_and_change_nothing():

@@ -1,0 +1,88 @@
+"""How far the real peak memory, job time and bill may lie from a plan's prediction, from the models' past errors.
+
+Each model is scored on reference cases held out from its fitting (docs/memory-model.md section 5, docs/time-model.md
+section 3). ``calibration.yaml`` keeps, per model, the 10th, 50th and 90th percentiles of the ratio
+r = measured / predicted over those cases (numpy's linear interpolation, :func:`ratio_quantiles`):
+
+- memory: r = measured peak / predicted peak, in the counter the source reports;
+- time: r = predicted tokens/s / published tokens/s, which is real / predicted compute time.
+
+A plan's band is the prediction scaled by those ratios:
+
+    total_pXX = total x r_pXX                                            (bytes per GPU)
+    hours_pXX = fixed + (hours - fixed) x r_pXX, fixed = hours - steps x step_seconds / 3600
+    cost_pXX  = the offer's cheapest bill (optimizer.cost.bill) for hours_pXX, x cards
+
+Start-up and checkpoint time (``fixed``) are assumptions rather than scored predictions, so they are not scaled.
+The band is the spread of past errors on a small set of cases (13 memory, 13 throughput), not a probability
+guarantee; ``tests/test_uncertainty.py`` recomputes the percentiles from the cases so the file cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from optimizer import cost
+from optimizer.schema import Scenario
+from optimizer.schema_catalog import Offer
+from optimizer.schema_plan import CostBand, Estimate, MemoryBand, TimeBand, Uncertainty
+
+QUANTILES = {"ratio_p10": 0.10, "ratio_p50": 0.50, "ratio_p90": 0.90}
+
+
+def ratio_quantiles(ratios: Sequence[float]) -> dict[str, float | int]:
+    """``cases`` and the 10th, 50th and 90th percentiles of measured / predicted ratios, rounded to 3 decimals."""
+    values = np.asarray(ratios, dtype=np.float64)
+    if values.size == 0 or not np.isfinite(values).all() or (values <= 0).any():
+        raise ValueError("ratios must be a non-empty list of positive finite numbers")
+    out: dict[str, float | int] = {"cases": int(values.size)}
+    out.update({k: round(float(np.quantile(values, q)), 3) for k, q in QUANTILES.items()})
+    return out
+
+
+def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: Mapping[str, Any]) -> Uncertainty:
+    """The plan's memory, time and cost at the 10th and 90th percentile of the models' held-out errors.
+
+    ``fx`` converts the offer's currency to the budget's; ``fits_p90``, ``meets_deadline_p90`` and
+    ``within_budget_p90`` say whether the plan still holds at the unfavourable end (None when the scenario sets
+    no deadline or budget).
+    """
+    m, t, c, p = est.memory, est.time, est.cost, est.plan
+    assert m is not None and t is not None and c is not None and p is not None
+    mem, tim = accuracy["memory"], accuracy["time"]
+    usable = m.capacity * (1.0 - scenario.headroom)
+    total_p90 = int(round(m.total * float(mem["ratio_p90"])))
+    memory = MemoryBand(
+        cases=int(mem["cases"]),
+        ratio_p10=float(mem["ratio_p10"]),
+        ratio_p90=float(mem["ratio_p90"]),
+        total_p10=int(round(m.total * float(mem["ratio_p10"]))),
+        total_p90=total_p90,
+        fits_p90=total_p90 <= usable,
+    )
+    compute = t.steps * t.step_seconds / 3600.0
+    fixed = max(t.hours - compute, 0.0)
+    hours = {k: round(fixed + compute * float(tim[k]), 6) for k in ("ratio_p10", "ratio_p90")}
+    deadline = scenario.deadline_hours
+    time = TimeBand(
+        cases=int(tim["cases"]),
+        ratio_p10=float(tim["ratio_p10"]),
+        ratio_p90=float(tim["ratio_p90"]),
+        hours_p10=hours["ratio_p10"],
+        hours_p90=hours["ratio_p90"],
+        meets_deadline_p90=None if deadline is None else hours["ratio_p90"] <= deadline,
+    )
+    terms = frozenset([scenario.plan.term]) if scenario.plan.term else None
+    bills = cost.bills(np.array([hours["ratio_p10"], hours["ratio_p90"]]), offer, terms)
+    low, high = (round(b.per_card * p.cards, 2) for b in bills)
+    budget = scenario.budget
+    money = CostBand(
+        total_p10=low,
+        total_p90=high,
+        currency=c.currency,
+        within_budget_p90=None if budget is None else high * fx <= budget.amount + 1e-9,
+    )
+    return Uncertainty(memory=memory, time=time, cost=money)
