@@ -38,6 +38,13 @@ def deepspeed_config(plan: Plan) -> dict[str, Any]:
         "zero_optimization": zero,
         "gradient_clipping": 1.0,
     }
+    if plan.offload is not Offload.none and plan.optimizer is OptimizerName.adamw:
+        # ZeRO-Offload refuses a client optimizer (zero_force_ds_cpu_optimizer); declared here, DeepSpeed builds
+        # DeepSpeedCPUAdam and the HF Trainer fills the "auto" values from its TrainingArguments
+        config["optimizer"] = {
+            "type": "AdamW",
+            "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+        }
     if plan.precision is Precision.bf16:
         config["bf16"] = {"enabled": True}
     elif plan.precision is Precision.fp16:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
+from optimizer.catalog import load_scenario, resolve_model
 from optimizer.launch import deepspeed_config, fsdp_plugin, hf_arguments, launch_settings
 from optimizer.planner import solve_scenario
 from optimizer.schema import Scenario
 from optimizer.schema_plan import Plan
+from optimizer.space import enumerate_all
 
 from .conftest import REPO, scenario_doc
 
@@ -28,6 +30,37 @@ def test_deepspeed_config_offloads_the_optimizer_but_not_the_parameters():
 
 def test_deepspeed_config_offloads_parameters_for_offload_all_at_stage_3():
     assert "offload_param" in deepspeed_config(_plan(offload="all"))["zero_optimization"]
+
+
+def test_offloaded_adamw_is_declared_so_deepspeed_steps_it_on_the_cpu():
+    """ZeRO-Offload raises for a client optimizer (zero_force_ds_cpu_optimizer); declaring AdamW in the config makes
+    DeepSpeed build DeepSpeedCPUAdam, and "auto" lets the HF Trainer fill in its own hyper-parameters."""
+    ds = deepspeed_config(_plan())
+    assert ds["optimizer"] == {"type": "AdamW", "params": {k: "auto" for k in ("lr", "betas", "eps", "weight_decay")}}
+    assert "optimizer" not in deepspeed_config(_plan(offload="none"))
+
+
+def test_solver_offloads_only_optimizers_that_step_on_the_cpu(write_scenario, catalog):
+    """bitsandbytes' 8-bit optimizers need CUDA tensors and DeepSpeed's offload only runs its own CPU AdamW:
+    no offloaded candidate for them; FSDP offload keeps torch's SGD; a pinned offload is taken as given."""
+
+    def offloads(**training):
+        path = write_scenario(f"{'-'.join(map(str, training.values()))}.yaml",
+                              training={"framework": "hf", "attention": "flash", **training})  # fmt: skip
+        sc = load_scenario(path)
+        _, _, _, ev = enumerate_all(sc, catalog, resolve_model(sc, catalog, path), str(path))
+        return set(ev.cfg.offload.tolist()) - {0}
+
+    assert offloads(sharding="deepspeed", optimizer="adamw")
+    assert not offloads(sharding="deepspeed", optimizer="paged_adamw_8bit")
+    assert not offloads(sharding="deepspeed", optimizer="sgd")
+    assert offloads(sharding="fsdp", optimizer="sgd")
+    assert not offloads(sharding="fsdp", optimizer="adamw_8bit")
+    training = {"framework": "hf", "sharding": "deepspeed", "optimizer": "adamw_8bit"}
+    pinned = write_scenario("pinned.yaml", plan={"offload": "optimizer"}, training=training)
+    sc = load_scenario(pinned)
+    _, _, _, ev = enumerate_all(sc, catalog, resolve_model(sc, catalog, pinned), str(pinned))
+    assert len(ev) and (ev.cfg.offload != 0).all()
 
 
 def test_deepspeed_batch_sizes_multiply_to_the_global_batch():

@@ -161,6 +161,14 @@ def _allowed(value: Any, pin: Any) -> bool:
     return pin is None or str(value) == str(pin)
 
 
+def _cpu_optimizer(sc: Scenario, catalog: Catalog) -> bool:
+    engine = sc.training.framework.value
+    if engine == "hf":
+        engine = f"hf_{sc.training.sharding.value}"
+    optimizer = (sc.plan.optimizer or sc.training.optimizer).value
+    return optimizer in catalog.calibration["frameworks"]["offload_optimizers"][engine]
+
+
 def _configs(sc: Scenario, arch: ModelArch, offer: Offer, catalog: Catalog):
     """Every (cards, nodes, tp, dp, zero, offload, micro_batch, checkpointing) of one offer, plain loops."""
     pins, gb = sc.plan, sc.global_batch
@@ -175,6 +183,8 @@ def _configs(sc: Scenario, arch: ModelArch, offer: Offer, catalog: Catalog):
             for zero, off in ZERO_OFFLOAD:
                 if not (_allowed(zero, pins.zero_stage) and _allowed(off.value, pins.offload)):
                     continue
+                if off is not Offload.none and pins.offload is None and not _cpu_optimizer(sc, catalog):
+                    continue  # offloading needs an optimizer that steps on the CPU under this engine
                 for mb in MICRO_BATCHES:
                     if (gb // dp) % mb or not _allowed(mb, pins.micro_batch):
                         continue
