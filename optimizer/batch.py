@@ -4,6 +4,7 @@ Contract (DESIGN.md section 7):
 
 * Inputs are files, folders (every ``*.yaml``/``*.yml`` below them) and globs; duplicates are solved once.
 * One row per scenario (:data:`ROW_FIELDS`): the plan's key decision values, cost in the report currency, hours,
+  the same at the 90th percentile of the models' held-out errors (``cost_p90``, ``hours_p90``, ``fits_p90``),
   status (optimal, feasible, infeasible or error) and ``error``, the one-line message of a failure or the
   infeasibility explanation. A failing scenario never stops the others: every exception in a worker becomes a row.
 * Rows are appended to the output (``.jsonl`` or ``.csv``) and flushed as each scenario finishes, in completion
@@ -47,7 +48,8 @@ from optimizer.solver import SolverSettings, solve
 
 DEFAULT_SETTINGS = SolverSettings()  # CP-SAT defaults: 10 s limit, 1 worker, seed 0
 ROW_FIELDS = ("scenario", "name", "status", "gpu", "cards", "nodes", "tp", "dp", "zero_stage", "offload",
-              "micro_batch", "grad_accum", "checkpointing", "cost", "currency", "hours", "error")  # fmt: skip
+              "micro_batch", "grad_accum", "checkpointing", "cost", "currency", "hours", "cost_p90", "hours_p90",
+              "fits_p90", "error")  # fmt: skip
 STATUSES = ("optimal", "feasible", "infeasible", "error")
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 
@@ -116,6 +118,10 @@ def solve_row(path: str, settings: SolverSettings = DEFAULT_SETTINGS) -> Row:
                    zero_stage=p.zero_stage, offload=p.offload.value, micro_batch=p.micro_batch,
                    grad_accum=p.grad_accum, checkpointing=p.checkpointing.value,
                    cost=round(float(space.cost_total[out.index]), 2), hours=est.time.hours)  # fmt: skip
+        u = est.uncertainty
+        if u is not None:  # the plan at the 90th percentile of the models' held-out errors (optimizer/uncertainty.py)
+            fx = space.fx[int(space.cand.offer_idx[out.index])]
+            row.update(cost_p90=round(u.cost.total_p90 * fx, 2), hours_p90=u.time.hours_p90, fits_p90=u.memory.fits_p90)
     except FtoptError as exc:
         _fail(row, str(exc))
     except Exception as exc:  # any bug stays with its scenario; the batch carries on

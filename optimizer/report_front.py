@@ -98,6 +98,30 @@ def print_pareto(result: ParetoResult, console: Console) -> None:
 OFF_SCALE = 3.0  # plot_front draws a budget or deadline line only up to this multiple of the front's largest value
 
 
+def _uncertainty_bars(ax: Any, result: ParetoResult) -> None:
+    """Error bars: each point's hours and cost at the 10th and 90th percentile of the models' held-out errors.
+
+    From optimizer/uncertainty.py; the cost band is converted to the front's currency by the point's own rate.
+    """
+    xs, ys, xerr, yerr = [], [], [[], []], [[], []]
+    for e, c, h in zip(result.estimates, result.costs, result.hours, strict=True):
+        u = e.uncertainty
+        if u is None or e.cost is None or e.cost.total <= 0:
+            continue
+        rate = c / e.cost.total
+        xs.append(h)
+        ys.append(c)
+        xerr[0].append(max(h - u.time.hours_p10, 0.0))
+        xerr[1].append(max(u.time.hours_p90 - h, 0.0))
+        yerr[0].append(max(c - u.cost.total_p10 * rate, 0.0))
+        yerr[1].append(max(u.cost.total_p90 * rate - c, 0.0))
+    if xs:
+        bars = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt="none", ecolor="0.55", elinewidth=0.8, capsize=2,
+                           zorder=2, label="10th-90th percentile of held-out errors")  # fmt: skip
+        for collection in bars.lines[2]:
+            collection.set_gid("uncertainty")
+
+
 def plot_front(result: ParetoResult, path: str | Path) -> None:
     """Draw the front (hours versus cost) to a PNG or SVG file.
 
@@ -118,6 +142,7 @@ def plot_front(result: ParetoResult, path: str | Path) -> None:
     by_time = sorted(zip(result.hours, result.costs, strict=True))  # attainable cost at each time: a staircase
     ax.step([h for h, _ in by_time], [c for _, c in by_time], where="post", color="0.75", linewidth=1, zorder=1)
     ax.scatter(result.hours, result.costs, color="tab:blue", s=28, zorder=3, label="non-dominated plan")
+    _uncertainty_bars(ax, result)
     for i, (e, c, h) in enumerate(zip(result.estimates, result.costs, result.hours, strict=True)):
         assert e.plan is not None
         offset, align = ((5, 4), "left") if i % 2 == 0 else ((-5, -11), "right")  # alternate sides: fewer overlaps

@@ -67,6 +67,10 @@ def test_row_has_every_field_and_matches_solve():
         best.plan.micro_batch,
     )
     assert row["error"] is None
+    u = best.uncertainty
+    assert (row["hours_p90"], row["fits_p90"]) == (u.time.hours_p90, u.memory.fits_p90)
+    assert row["hours_p90"] > row["hours"] and row["cost_p90"] >= row["cost"]
+    assert row["cost_p90"] == round(u.cost.total_p90, 2)  # 70b.yaml: offers and budget both in CNY
 
 
 def test_infeasible_row_carries_the_explanation(folder: Path):

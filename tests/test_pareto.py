@@ -214,6 +214,14 @@ def test_pareto_plot_writes_the_image(run_cli, tmp_path: Path, suffix: str, magi
     assert out.read_bytes().startswith(magic)
 
 
+def test_pareto_plot_draws_each_points_uncertainty_band(run_cli, tmp_path: Path):
+    out = tmp_path / "front.svg"
+    assert run_cli("pareto", REPO / "scenarios" / "70b.yaml", "--plot", out).exit_code == 0
+    svg = out.read_text()
+    assert svg.count('id="uncertainty') == 2  # the hours bars and the cost bars
+    assert "10th-90th percentile of held-out errors" in svg
+
+
 def test_pareto_plot_with_unknown_format_is_a_one_line_error(run_cli, tmp_path: Path):
     res = run_cli("pareto", REPO / "scenarios" / "70b.yaml", "--plot", tmp_path / "front.gif")
     assert res.exit_code == 2
