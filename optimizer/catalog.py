@@ -15,7 +15,7 @@ from typing import Any
 
 from optimizer.errors import InputError, did_you_mean
 from optimizer.schema import HfConfigRef, ModelArch, Scenario
-from optimizer.schema_catalog import FxFile, FxRate, Gpu, GpuFile, ModelFile, Offer, OfferFile
+from optimizer.schema_catalog import Accuracy, FxFile, FxRate, Gpu, GpuFile, ModelFile, Offer, OfferFile
 from optimizer.yamlio import read_yaml, validate
 
 CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalogs"
@@ -132,6 +132,9 @@ def _load_cached(offer_files: tuple[str, ...], root: str) -> Catalog:
     fx = validate(FxFile, read_yaml(fx_path), str(fx_path)).rates if fx_path.exists() else []
     cal_path = base / "calibration.yaml"
     calibration = read_yaml(cal_path) if cal_path.exists() else {}
+    if isinstance(calibration, dict) and "accuracy" in calibration:
+        accuracy = validate(Accuracy, calibration["accuracy"], str(cal_path), "accuracy.")
+        calibration = {**calibration, "accuracy": accuracy.model_dump()}
     return Catalog(
         gpus=gpus,
         offers=offers,

@@ -131,3 +131,29 @@ class ModelFile(Strict):
 
     schema_version: Literal[1]
     models: list[ModelArch] = Field(min_length=1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model accuracy (calibration.yaml ``accuracy``, read by optimizer/uncertainty.py)
+
+
+class RatioBand(Strict):
+    """Percentiles of measured / predicted over one model's held-out reference cases."""
+
+    cases: Int = Field(ge=1)
+    ratio_p10: PositiveFloat
+    ratio_p50: PositiveFloat
+    ratio_p90: PositiveFloat
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RatioBand:
+        if not self.ratio_p10 <= self.ratio_p50 <= self.ratio_p90:
+            raise ValueError("percentiles must be ordered: ratio_p10 <= ratio_p50 <= ratio_p90")
+        return self
+
+
+class Accuracy(Strict):
+    """The memory model's and the step-time model's held-out accuracy."""
+
+    memory: RatioBand
+    time: RatioBand

@@ -18,6 +18,7 @@ import yaml
 
 from optimizer import cost
 from optimizer.catalog import load_catalog
+from optimizer.errors import InputError
 from optimizer.planner import estimate_scenario, solve_scenario
 from optimizer.uncertainty import ratio_quantiles
 from tests.conftest import REPO
@@ -140,3 +141,25 @@ def test_calibration_file_documents_the_section():
     section = yaml.safe_load(text)["accuracy"]
     assert set(section) == {"memory", "time"}
     assert "bench/memory_accuracy.py" in text and "bench/time_accuracy.py" in text
+
+
+@pytest.mark.parametrize(
+    ("accuracy", "field", "problem"),
+    [
+        ({"memory": {"cases": 13, "ratio_p10": 0.8, "ratio_p50": 1.0}}, "accuracy.memory.ratio_p90", "missing"),
+        ({"memory": {"cases": 1, "ratio_p10": 1.2, "ratio_p50": 1.0, "ratio_p90": 1.5}}, "accuracy.memory", "ordered"),
+        ({"time": {"cases": 0, "ratio_p10": 0.8, "ratio_p50": 1.0, "ratio_p90": 1.1}}, "accuracy.time.cases", ""),
+    ],
+    ids=["missing-key", "unordered", "no-cases"],
+)
+def test_broken_accuracy_section_is_a_one_line_error(tmp_path, accuracy, field, problem):
+    cal = yaml.safe_load((REPO / "catalogs" / "calibration.yaml").read_text())
+    for model, values in accuracy.items():
+        cal["accuracy"][model] = values
+    for name in ("gpus.yaml", "models.yaml", "fx.yaml"):
+        (tmp_path / name).write_text((REPO / "catalogs" / name).read_text())
+    (tmp_path / "calibration.yaml").write_text(yaml.safe_dump(cal))
+    with pytest.raises(InputError) as err:
+        load_catalog(root=tmp_path)
+    message = str(err.value)
+    assert "\n" not in message and "calibration.yaml" in message and field in message and problem in message
