@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from optimizer.catalog import load_scenario, resolve_model
-from optimizer.launch import deepspeed_config, fsdp_plugin, hf_arguments, launch_settings
+from optimizer.launch import deepspeed_config, from_pretrained, fsdp_plugin, hf_arguments, launch_settings
 from optimizer.planner import solve_scenario
 from optimizer.schema import Scenario
 from optimizer.schema_plan import Plan
@@ -77,7 +77,7 @@ def test_hf_arguments_turn_on_gradient_checkpointing_and_bf16():
 
 
 def test_fsdp_stage_3_is_full_shard_with_offload():
-    fsdp = fsdp_plugin(_plan())
+    fsdp = fsdp_plugin(_scenario("full", sharding="fsdp"), _plan())
     assert fsdp["fsdp_sharding_strategy"] == "FULL_SHARD" and fsdp["fsdp_offload_params"] is True
 
 
@@ -106,3 +106,153 @@ def test_solve_writes_launch_files(run_cli, tmp_path):
     ds = json.loads((out / "ds_config.json").read_text())
     assert ds["zero_optimization"]["stage"] in (1, 2, 3)
     assert "training_arguments" in (out / "launch.yaml").read_text()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Audit against the projects' documentation (sources in optimizer/launch.py)
+
+
+def _scenario(method: str = "full", **training) -> Scenario:
+    """A scenario with the given method and training settings (hf, DeepSpeed unless told otherwise)."""
+    lora = None if method == "full" else {"rank": 16, "alpha": 32, "targets": ["all-linear"]}
+    return Scenario(**scenario_doc(method=method, lora=lora, training={"framework": "hf", **training}))
+
+
+def test_declared_offload_optimizer_is_not_contradicted_by_optim():
+    """With "optimizer" in ds_config.json the HF Trainer ignores optim (DummyOptim, transformers
+    integrations/deepspeed.py): printing adamw_torch_fused beside DeepSpeed's CPU AdamW would contradict it."""
+    sc = _scenario("full")
+    offloaded = hf_arguments(sc, _plan())
+    assert "optimizer" in deepspeed_config(_plan()) and "optim" not in offloaded
+    assert hf_arguments(sc, _plan(offload="none"))["optim"] == "adamw_torch_fused"
+    assert hf_arguments(_scenario("full", sharding="fsdp"), _plan())["optim"] == "adamw_torch_fused"  # no ds_config
+
+
+def test_fsdp_full_fine_tuning_recomputes_once():
+    """The Trainer raises when fsdp activation_checkpointing and gradient_checkpointing are both true."""
+    sc = _scenario("full", sharding="fsdp")
+    settings = launch_settings(sc, _plan(), cards_per_node=8)
+    assert settings["accelerate_fsdp"]["fsdp_activation_checkpointing"] is True
+    assert settings["training_arguments"]["gradient_checkpointing"] is False
+    for method in ("lora", "qlora"):  # PEFT's FSDP recipe recomputes through the Trainer instead
+        settings = launch_settings(_scenario(method, sharding="fsdp"), _plan(), cards_per_node=8)
+        assert settings["accelerate_fsdp"]["fsdp_activation_checkpointing"] is False
+        assert settings["training_arguments"]["gradient_checkpointing"] is True
+
+
+def test_qlora_under_fsdp_follows_the_peft_recipe():
+    """peft docs accelerate/fsdp.md: fsdp_cpu_ram_efficient_loading true, fsdp_use_orig_params false, the 4-bit
+    weights stored in the model dtype (bnb_4bit_quant_storage = dtype), reentrant checkpointing."""
+    sc = _scenario("qlora", sharding="fsdp")
+    settings = launch_settings(sc, _plan(), cards_per_node=8)
+    fsdp = settings["accelerate_fsdp"]
+    assert fsdp["fsdp_use_orig_params"] is False and fsdp["fsdp_cpu_ram_efficient_loading"] is True
+    assert fsdp["fsdp_sync_module_states"] is True  # accelerate refuses ram-efficient loading without it
+    assert fsdp["fsdp_version"] == 1 and fsdp["fsdp_state_dict_type"] == "SHARDED_STATE_DICT"
+    loading = settings["from_pretrained"]
+    quant = loading["quantization_config"]
+    assert quant["load_in_4bit"] and quant["bnb_4bit_quant_type"] == "nf4" and quant["bnb_4bit_use_double_quant"]
+    assert quant["bnb_4bit_quant_storage"] == loading["dtype"] == quant["bnb_4bit_compute_dtype"] == "bfloat16"
+    assert settings["training_arguments"]["gradient_checkpointing_kwargs"] == {"use_reentrant": True}
+    fp16 = from_pretrained(sc, _plan(precision="fp16"))  # fp16 AMP: float32 storage (peft fsdp.md)
+    assert fp16["dtype"] == fp16["quantization_config"]["bnb_4bit_quant_storage"] == "float32"
+    lora = launch_settings(_scenario("lora", sharding="fsdp"), _plan(), cards_per_node=8)
+    assert lora["accelerate_fsdp"]["fsdp_use_orig_params"] is False and "from_pretrained" not in lora
+    assert lora["training_arguments"]["gradient_checkpointing_kwargs"] == {"use_reentrant": False}
+    assert fsdp_plugin(_scenario("full", sharding="fsdp"), _plan())["fsdp_use_orig_params"] is True
+
+
+def test_qlora_under_zero3_stores_weights_in_the_model_dtype():
+    """peft docs accelerate/deepspeed.md: ZeRO-3 + QLoRA needs bnb_4bit_quant_storage = dtype and reentrant
+    checkpointing; below ZeRO-3 (and for QLoRA under DDP) neither applies (run_peft_multigpu.sh)."""
+    sc = _scenario("qlora")
+    z3 = launch_settings(sc, _plan(offload="none"), cards_per_node=8)
+    assert z3["from_pretrained"]["quantization_config"]["bnb_4bit_quant_storage"] == "bfloat16"
+    assert z3["from_pretrained"]["dtype"] == "bfloat16"
+    assert z3["training_arguments"]["gradient_checkpointing_kwargs"] == {"use_reentrant": True}
+    assert z3["ds_config.json"]["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+    z2 = launch_settings(sc, _plan(zero_stage=2, offload="none"), cards_per_node=8)
+    assert "bnb_4bit_quant_storage" not in z2["from_pretrained"]["quantization_config"]
+    assert "dtype" not in z2["from_pretrained"]
+    assert z2["training_arguments"]["gradient_checkpointing_kwargs"] == {"use_reentrant": False}
+    assert "stage3_gather_16bit_weights_on_model_save" not in z2["ds_config.json"]["zero_optimization"]
+    eight = from_pretrained(_scenario("lora", base_bits=8), _plan())
+    assert eight == {"quantization_config": {"load_in_8bit": True}}
+    assert from_pretrained(_scenario("lora"), _plan()) is None and from_pretrained(_scenario("full"), _plan()) is None
+
+
+def test_fsdp_command_turns_fsdp_on():
+    """Without --use_fsdp (or a config file) accelerate launch starts plain data parallel; every fsdp_config key is
+    also a launch flag, and mixed precision is a top-level accelerate setting (no | fp16 | bf16 | fp8)."""
+    settings = launch_settings(_scenario("qlora", sharding="fsdp"), _plan(), cards_per_node=8)
+    command, fsdp = settings["command"], settings["accelerate_fsdp"]
+    assert command.startswith("accelerate launch --use_fsdp ") and "--mixed_precision bf16" in command
+    for key, value in fsdp.items():
+        assert f"--{key} {str(value).lower() if isinstance(value, bool) else value} " in command
+    assert "mixed_precision" not in fsdp
+    fp32 = launch_settings(_scenario("full", sharding="fsdp"), _plan(precision="fp32"), cards_per_node=8)
+    assert "--mixed_precision no " in fp32["command"]
+    ds = launch_settings(_scenario("full"), _plan(), cards_per_node=8)
+    assert "--use_fsdp" not in ds["command"] and ds["training_arguments"]["deepspeed"] == "ds_config.json"
+
+
+def test_deepspeed_precision_blocks():
+    """fp16: dynamic loss scale (loss_scale 0); fp32: fp16 disabled explicitly (the Trainer reads a config with
+    neither block as fp16); parameter offload only at stage 3."""
+    assert deepspeed_config(_plan(precision="fp16"))["fp16"] == {"enabled": True, "loss_scale": 0}
+    fp32 = deepspeed_config(_plan(precision="fp32"))
+    assert fp32["fp16"] == {"enabled": False} and "bf16" not in fp32
+    assert "offload_param" not in deepspeed_config(_plan(zero_stage=2, offload="all"))["zero_optimization"]
+
+
+def test_zero3_plans_say_to_build_training_arguments_before_the_model():
+    notes = launch_settings(_scenario("full"), _plan(), cards_per_node=8)["notes"]
+    assert any("before from_pretrained" in n for n in notes)
+    assert "notes" not in launch_settings(_scenario("full"), _plan(zero_stage=2, dp=16), cards_per_node=8)
+
+
+def test_nemo_keys_are_megatron_core_names():
+    """NeMo 2 MegatronMixedPrecision precision is "16-mixed" | "bf16-mixed" | "32"; Megatron-Core raises for full
+    recomputation without recompute_method and recompute_num_layers."""
+    sc = _scenario("full", framework="nemo")
+
+    def nemo(**changes):
+        return launch_settings(sc, _plan(**changes), cards_per_node=8)["nemo"]
+
+    assert nemo()["precision"] == "bf16-mixed" and nemo(precision="fp16")["precision"] == "16-mixed"
+    assert nemo(precision="fp32")["precision"] == "32"
+    fp8 = nemo(precision="fp8")
+    assert fp8["precision"] == "bf16-mixed" and fp8["fp8"] == "hybrid"
+    full = nemo()
+    assert full["recompute_granularity"] == "full" and full["recompute_method"] == "uniform"
+    assert full["recompute_num_layers"] == 1 and "activations_checkpoint_granularity" not in full
+    selective = nemo(checkpointing="selective")
+    assert selective["recompute_granularity"] == "selective" and "recompute_method" not in selective
+
+
+def test_torchtune_keys_carry_the_scenario_and_the_plan():
+    """Recipe keys of torchtune's distributed recipes: fsdp_reshard_after_forward False is SHARD_GRAD_OP, and the
+    scenario's compile / activation offloading / optimizer-in-backward settings the plan was priced with."""
+    training = {"framework": "torchtune", "sharding": "fsdp", "compile": True, "activation_offload": True,
+                "optimizer_in_backward": True}  # fmt: skip
+    settings = launch_settings(_scenario("full", **training), _plan(zero_stage=2), cards_per_node=8)
+    tt = settings["torchtune"]
+    assert tt["fsdp_reshard_after_forward"] is False and tt["compile"] is True
+    assert tt["enable_activation_offloading"] is True and tt["optimizer_in_bwd"] is True
+    assert " full_finetune_distributed --config " in settings["command"]
+    assert "--rdzv_endpoint $MASTER_ADDR:29500" in settings["command"]  # two nodes need a rendezvous
+    lora = launch_settings(_scenario("lora", framework="torchtune"), _plan(nodes=1), cards_per_node=16)
+    assert "optimizer_in_bwd" not in lora["torchtune"] and " lora_finetune_distributed " in lora["command"]
+    assert "--rdzv" not in lora["command"]
+
+
+def test_torchtune_notes_what_the_recipe_cannot_run():
+    sc = _scenario("full", framework="torchtune", sharding="fsdp")
+
+    def notes(**changes):
+        return " ".join(launch_settings(sc, _plan(**changes), cards_per_node=8).get("notes", []))
+
+    assert "bf16 or fp32" in notes(precision="fp16")
+    assert "selective" in notes(checkpointing="selective")
+    assert "one data-parallel rank" in notes(cards=1, nodes=1, dp=1, offload="all")
+    assert notes() == ""
