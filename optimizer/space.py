@@ -22,8 +22,9 @@ import numpy as np
 from optimizer import cost, memory, timing
 from optimizer.catalog import Catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
+from optimizer.engines import OffloadRule, checkpointing_levels, offload_rule
 from optimizer.errors import InputError, SolverLimitError, did_you_mean
-from optimizer.schema import Checkpointing, Framework, Method, Offload, Precision, Scenario
+from optimizer.schema import Checkpointing, Method, Offload, Precision, Scenario
 from optimizer.schema_catalog import Gpu, Offer
 
 MAX_CANDIDATES = 4_000_000  # ~100 bytes x 40 columns each: stays well under 2 GiB of numpy temporaries
@@ -208,13 +209,13 @@ def grid(
     gpus: list[Gpu],
     offers: list[Offer],
     levels: list[str] | None = None,
-    offload_ok: bool = True,
+    rule: OffloadRule | None = None,
 ) -> tuple[np.ndarray, ...]:
     """Cross product of layouts with ZeRO/offload, micro-batch, checkpointing and precision, as int64 columns.
 
     ``levels`` are the checkpointing levels the framework offers (calibration ``frameworks.checkpointing``);
-    None means all of them. ``offload_ok`` false drops offloaded rows (the optimizer cannot step on the CPU under
-    this engine: :func:`offload_supported`). A pinned level or offload is used as given.
+    None means all of them. ``rule`` drops the offloaded rows the engine cannot run (:func:`offload_rule`); None
+    keeps them all. A pinned level or offload is used as given.
     """
     pins = scenario.plan
     levels = list(levels) if levels is not None else [c.value for c in CHECKPOINTING]
@@ -222,16 +223,17 @@ def grid(
         (z, OFFLOAD.index(o))
         for z, o in ZERO_OFFLOAD
         if (pins.zero_stage is None or z == pins.zero_stage) and (pins.offload is None or o == pins.offload)
-        and (offload_ok or o is Offload.none or pins.offload is not None)
     ]
+    rule = rule if rule is not None and pins.offload is None else OffloadRule()
     if pins.zero_stage is not None and pins.offload is not None and not zo:
         zo = [(pins.zero_stage, OFFLOAD.index(pins.offload))]
     offered = [CHECKPOINTING.index(Checkpointing(c)) for c in levels]
     cks = [CHECKPOINTING.index(pins.checkpointing)] if pins.checkpointing else offered
     # rows are (layout, zero, offload, micro-batch, checkpointing, precision), in the order of the loops
     # "for z, o in zo for m in mbs for ck in cks" per layout and precision (prune's tie-break relies on it);
-    # the (z, o, m, ck) block depends only on the micro-batch list, so it is built once per list (numpy)
-    blocks: dict[tuple[int, ...], np.ndarray] = {}
+    # the (z, o, m, ck) block depends only on the (zero, offload) pairs and the micro-batch list, so it is built
+    # once per such pair of lists (numpy)
+    blocks: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], np.ndarray] = {}
     picked: list[np.ndarray] = []
     heads: list[tuple[int, int, int]] = []  # (layout, precision, rows in its block)
     for li, lay in enumerate(lays):
@@ -244,9 +246,10 @@ def grid(
             mbs = [m for m in (1, 2, 4, 8, 16, 32, 64) if per_rank % m == 0]
         if pins.grad_accum is not None:
             mbs = [m for m in mbs if per_rank // m == pins.grad_accum]
-        block = blocks.get(tuple(mbs))
+        zo_lay = tuple((z, oi) for z, oi in zo if rule.keeps(z, Offload(OFFLOAD[oi]), lay.dp))
+        block = blocks.get((tuple(mbs), zo_lay))
         if block is None:
-            block = blocks[tuple(mbs)] = _zmc_block(zo, mbs, cks)
+            block = blocks[(tuple(mbs), zo_lay)] = _zmc_block(list(zo_lay), mbs, cks)
         for prec in _precisions(scenario, gpus[lay.offer]):
             picked.append(block)
             heads.append((li, prec, block.shape[0]))
@@ -345,18 +348,6 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits)
 
 
-def offload_supported(scenario: Scenario, job: Job, catalog: Catalog) -> bool:
-    """Whether the engine can step the scenario's optimizer on the CPU, which offloading needs.
-
-    Data: calibration ``frameworks.offload_optimizers``, keyed hf_deepspeed | hf_fsdp | torchtune | nemo; an engine
-    missing from it allows every optimizer.
-    """
-    key = f"hf_{scenario.training.sharding.value}" if job.framework is Framework.hf else job.framework.value
-    allowed = catalog.calibration.get("frameworks", {}).get("offload_optimizers", {}).get(key)
-    optimizer = scenario.plan.optimizer or scenario.training.optimizer
-    return allowed is None or optimizer.value in allowed
-
-
 def enumerate_all(
     scenario: Scenario, catalog: Catalog, arch: Any, source: str
 ) -> tuple[Job, list[Offer], list[Gpu], Evaluated]:
@@ -365,8 +356,8 @@ def enumerate_all(
     offers = pinned_offers(scenario, catalog, source)
     gpus = [catalog.gpus[o.gpu] for o in offers]
     lays = layouts(scenario, job, offers, gpus)
-    levels = catalog.calibration.get("frameworks", {}).get("checkpointing", {}).get(job.framework.value)
-    li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers, levels, offload_supported(scenario, job, catalog))
+    levels = checkpointing_levels(job, catalog)
+    li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers, levels, offload_rule(scenario, job, catalog))
     lay_arr = np.array([(x.offer, x.cards, x.nodes, x.tp, x.pp, x.dp) for x in lays], dtype=np.int64).reshape(-1, 6)
     rows = lay_arr[li] if len(li) else np.zeros((0, 6), dtype=np.int64)
     optimizer_code = OPTIMIZER.index(scenario.plan.optimizer or scenario.training.optimizer)

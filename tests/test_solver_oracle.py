@@ -161,12 +161,20 @@ def _allowed(value: Any, pin: Any) -> bool:
     return pin is None or str(value) == str(pin)
 
 
-def _cpu_optimizer(sc: Scenario, catalog: Catalog) -> bool:
+def _engine_offloads(sc: Scenario, catalog: Catalog, zero: int, off: Offload, dp: int) -> bool:
     engine = sc.training.framework.value
     if engine == "hf":
         engine = f"hf_{sc.training.sharding.value}"
+    frameworks = catalog.calibration["frameworks"]
     optimizer = (sc.plan.optimizer or sc.training.optimizer).value
-    return optimizer in catalog.calibration["frameworks"]["offload_optimizers"][engine]
+    if optimizer not in frameworks["offload_optimizers"][engine]:
+        return False
+    modes = frameworks["offload_modes"].get(engine)
+    if modes is None:
+        return True
+    if [zero, off.value] not in modes["pairs"]:
+        return False
+    return sc.method.value != "full" or dp >= modes.get("full_min_dp", 1)
 
 
 def _configs(sc: Scenario, arch: ModelArch, offer: Offer, catalog: Catalog):
@@ -183,8 +191,9 @@ def _configs(sc: Scenario, arch: ModelArch, offer: Offer, catalog: Catalog):
             for zero, off in ZERO_OFFLOAD:
                 if not (_allowed(zero, pins.zero_stage) and _allowed(off.value, pins.offload)):
                     continue
-                if off is not Offload.none and pins.offload is None and not _cpu_optimizer(sc, catalog):
-                    continue  # offloading needs an optimizer that steps on the CPU under this engine
+                engine_ok = _engine_offloads(sc, catalog, zero, off, dp)
+                if off is not Offload.none and pins.offload is None and not engine_ok:
+                    continue  # the engine cannot run this offload (calibration frameworks: optimizer, pair, ranks)
                 for mb in MICRO_BATCHES:
                     if (gb // dp) % mb or not _allowed(mb, pins.micro_batch):
                         continue

@@ -1,0 +1,94 @@
+"""The solver proposes only what the scenario's engine can launch (optimizer/engines.py, calibration ``frameworks``).
+
+Offloading: DeepSpeed offloads the optimizer at ZeRO 1-3 and parameters at ZeRO-3; FSDP (accelerate or torchtune)
+offloads parameters, gradients and optimizer together; torchtune's full fine-tuning recipe shards, and so offloads,
+only with more than one data-parallel rank. Checkpointing: torchtune has no per-operator selective level. A pinned
+value is always taken as given.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from optimizer.catalog import load_scenario, resolve_model
+from optimizer.configs import CHECKPOINTING, OFFLOAD
+from optimizer.engines import OffloadRule, engine_key, offload_rule
+from optimizer.schema import Checkpointing, Offload
+from optimizer.space import enumerate_all, make_job
+
+
+def _rows(write_scenario, catalog, name="s.yaml", **changes):
+    path = write_scenario(name, **changes)
+    sc = load_scenario(path)
+    _, _, _, ev = enumerate_all(sc, catalog, resolve_model(sc, catalog, path), str(path))
+    assert len(ev)
+    zo = {(int(z), OFFLOAD[int(o)]) for z, o in zip(ev.cfg.zero_stage, ev.cfg.offload, strict=True)}
+    return ev, zo
+
+
+def _training(framework, sharding="deepspeed", optimizer="adamw"):
+    return {"framework": framework, "sharding": sharding, "optimizer": optimizer, "attention": "flash"}
+
+
+def test_deepspeed_offloads_the_optimizer_at_every_stage_and_parameters_at_stage_3(write_scenario, catalog):
+    _, zo = _rows(write_scenario, catalog, training=_training("hf"))
+    offloaded = {p for p in zo if p[1] is not Offload.none}
+    assert offloaded == {(1, Offload.optimizer), (2, Offload.optimizer), (3, Offload.optimizer), (3, Offload.all)}
+
+
+@pytest.mark.parametrize("framework,sharding", [("hf", "fsdp"), ("torchtune", "fsdp")])
+def test_fsdp_offloads_everything_or_nothing(write_scenario, catalog, framework, sharding):
+    _, zo = _rows(write_scenario, catalog, training=_training(framework, sharding))
+    assert {p for p in zo if p[1] is not Offload.none} == {(3, Offload.all)}
+
+
+def test_torchtune_full_fine_tuning_offloads_only_with_several_ranks(write_scenario, catalog):
+    ev, _ = _rows(write_scenario, catalog, method="full", lora=None, training=_training("torchtune", "fsdp"))
+    offloaded = ev.cfg.offload != OFFLOAD.index(Offload.none)
+    assert offloaded.any()
+    assert (ev.cfg.dp[offloaded] >= 2).all()
+    assert ((ev.cfg.dp == 1) & ~offloaded).any()  # one card stays possible, without offload
+
+
+def test_torchtune_lora_offloads_on_one_rank_too(write_scenario, catalog):
+    ev, _ = _rows(write_scenario, catalog, training=_training("torchtune", "fsdp"))
+    offloaded = ev.cfg.offload != OFFLOAD.index(Offload.none)
+    assert (ev.cfg.dp[offloaded] == 1).any()
+
+
+def test_a_pinned_offload_is_taken_as_given(write_scenario, catalog):
+    _, zo = _rows(write_scenario, catalog, training=_training("hf", "fsdp"),
+                  plan={"zero_stage": 2, "offload": "optimizer"})  # fmt: skip
+    assert zo == {(2, Offload.optimizer)}
+
+
+def test_torchtune_is_not_offered_per_operator_selective_checkpointing(write_scenario, catalog):
+    ev, _ = _rows(write_scenario, catalog, training=_training("torchtune", "fsdp"))
+    assert CHECKPOINTING.index(Checkpointing.selective) not in set(ev.cfg.checkpointing.tolist())
+    pinned, _ = _rows(write_scenario, catalog, "pin.yaml", training=_training("torchtune", "fsdp"),
+                      plan={"checkpointing": "selective"})  # fmt: skip
+    assert set(pinned.cfg.checkpointing.tolist()) == {CHECKPOINTING.index(Checkpointing.selective)}
+
+
+def test_engine_without_rules_keeps_every_pair(write_scenario, catalog):
+    path = write_scenario(training=_training("nemo"))
+    sc = load_scenario(path)
+    job = make_job(sc, resolve_model(sc, catalog, path))
+    assert engine_key(sc, job) == "nemo"
+    rule = offload_rule(sc, job, catalog)
+    assert rule.pairs is None and rule.min_dp == 1
+
+
+@pytest.mark.parametrize(
+    ("rule", "zero", "offload", "dp", "kept"),
+    [
+        (OffloadRule(), 2, Offload.optimizer, 1, True),
+        (OffloadRule(allowed=False), 3, Offload.all, 8, False),
+        (OffloadRule(allowed=False), 3, Offload.none, 8, True),
+        (OffloadRule(pairs=frozenset({(3, "all")})), 3, Offload.optimizer, 8, False),
+        (OffloadRule(pairs=frozenset({(3, "all")}), min_dp=2), 3, Offload.all, 1, False),
+        (OffloadRule(pairs=frozenset({(3, "all")}), min_dp=2), 3, Offload.all, 2, True),
+    ],
+)
+def test_offload_rule_keeps(rule, zero, offload, dp, kept):
+    assert rule.keeps(zero, offload, dp) is kept
