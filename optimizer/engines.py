@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from optimizer.catalog import Catalog
 from optimizer.configs import Job
-from optimizer.schema import Framework, Method, Offload, Scenario
+from optimizer.schema import Framework, Method, Offload, Precision, Scenario
 
 
 def engine_key(scenario: Scenario, job: Job) -> str:
@@ -22,6 +22,12 @@ def engine_key(scenario: Scenario, job: Job) -> str:
 def checkpointing_levels(job: Job, catalog: Catalog) -> list[str] | None:
     """Activation-checkpointing levels the framework offers (``frameworks.checkpointing``); None: every level."""
     return catalog.calibration.get("frameworks", {}).get("checkpointing", {}).get(job.framework.value)
+
+
+def half_precision_fallback(job: Job, catalog: Catalog) -> Precision:
+    """The precision proposed on a GPU without native bf16 (``frameworks.no_bf16_precision``; default fp16)."""
+    value = catalog.calibration.get("frameworks", {}).get("no_bf16_precision", {}).get(job.framework.value, "fp16")
+    return Precision(value)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import numpy as np
 from optimizer import cost, memory, timing
 from optimizer.catalog import Catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
-from optimizer.engines import OffloadRule, checkpointing_levels, offload_rule
+from optimizer.engines import OffloadRule, checkpointing_levels, half_precision_fallback, offload_rule
 from optimizer.errors import InputError, SolverLimitError, did_you_mean
 from optimizer.schema import Checkpointing, Method, Offload, Precision, Scenario
 from optimizer.schema_catalog import Gpu, Offer
@@ -196,10 +196,11 @@ def layouts(scenario: Scenario, job: Job, offers: list[Offer], gpus: list[Gpu]) 
     return out
 
 
-def _precisions(scenario: Scenario, gpu: Gpu) -> list[int]:
+def _precisions(scenario: Scenario, gpu: Gpu, fallback: Precision = Precision.fp16) -> list[int]:
+    """The pinned precision where the GPU runs it; else bf16, or the engine's ``fallback`` without native bf16."""
     if scenario.plan.precision is not None:
         return [PRECISION.index(scenario.plan.precision)] if gpu.peak_tflops(scenario.plan.precision) else []
-    return [PRECISION.index(Precision.bf16 if gpu.native_bf16 else Precision.fp16)]
+    return [PRECISION.index(Precision.bf16 if gpu.native_bf16 else fallback)]
 
 
 def grid(
@@ -210,12 +211,14 @@ def grid(
     offers: list[Offer],
     levels: list[str] | None = None,
     rule: OffloadRule | None = None,
+    fallback: Precision = Precision.fp16,
 ) -> tuple[np.ndarray, ...]:
     """Cross product of layouts with ZeRO/offload, micro-batch, checkpointing and precision, as int64 columns.
 
     ``levels`` are the checkpointing levels the framework offers (calibration ``frameworks.checkpointing``);
     None means all of them. ``rule`` drops the offloaded rows the engine cannot run (:func:`offload_rule`); None
-    keeps them all. A pinned level or offload is used as given.
+    keeps them all. ``fallback`` is the precision proposed on GPUs without native bf16 (fp16 unless the engine
+    rejects it). A pinned level, offload or precision is used as given.
     """
     pins = scenario.plan
     levels = list(levels) if levels is not None else [c.value for c in CHECKPOINTING]
@@ -250,7 +253,7 @@ def grid(
         block = blocks.get((tuple(mbs), zo_lay))
         if block is None:
             block = blocks[(tuple(mbs), zo_lay)] = _zmc_block(list(zo_lay), mbs, cks)
-        for prec in _precisions(scenario, gpus[lay.offer]):
+        for prec in _precisions(scenario, gpus[lay.offer], fallback):
             picked.append(block)
             heads.append((li, prec, block.shape[0]))
     n_rows = sum(h[2] for h in heads)
@@ -357,7 +360,8 @@ def enumerate_all(
     gpus = [catalog.gpus[o.gpu] for o in offers]
     lays = layouts(scenario, job, offers, gpus)
     levels = checkpointing_levels(job, catalog)
-    li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers, levels, offload_rule(scenario, job, catalog))
+    rule, fallback = offload_rule(scenario, job, catalog), half_precision_fallback(job, catalog)
+    li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers, levels, rule, fallback)
     lay_arr = np.array([(x.offer, x.cards, x.nodes, x.tp, x.pp, x.dp) for x in lays], dtype=np.int64).reshape(-1, 6)
     rows = lay_arr[li] if len(li) else np.zeros((0, 6), dtype=np.int64)
     optimizer_code = OPTIMIZER.index(scenario.plan.optimizer or scenario.training.optimizer)

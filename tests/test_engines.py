@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from optimizer.catalog import load_scenario, resolve_model
-from optimizer.configs import CHECKPOINTING, OFFLOAD
+from optimizer.configs import CHECKPOINTING, OFFLOAD, PRECISION
 from optimizer.engines import OffloadRule, engine_key, offload_rule
 from optimizer.schema import Checkpointing, Offload
 from optimizer.space import enumerate_all, make_job
@@ -92,3 +92,10 @@ def test_engine_without_rules_keeps_every_pair(write_scenario, catalog):
 )
 def test_offload_rule_keeps(rule, zero, offload, dp, kept):
     assert rule.keeps(zero, offload, dp) is kept
+
+
+@pytest.mark.parametrize(("framework", "expected"), [("hf", "fp16"), ("torchtune", "fp32")])
+def test_gpus_without_bf16_get_the_engines_fallback_precision(write_scenario, catalog, framework, expected):
+    """torchtune's recipes refuse fp16 ("full fp16 training is not supported"): V100 plans run fp32 there."""
+    ev, _ = _rows(write_scenario, catalog, training=_training(framework, "fsdp"), plan={"gpu": "V100-32G"})
+    assert {PRECISION[int(p)].value for p in ev.cfg.precision} == {expected}

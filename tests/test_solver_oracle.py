@@ -248,7 +248,8 @@ def oracle_points(sc: Scenario, catalog: Catalog, arch: ModelArch, currency: str
     hws: list[Any] = []
     for offer in catalog.offers:
         gpu = catalog.gpus[offer.gpu]
-        prec = Precision.bf16 if gpu.native_bf16 else Precision.fp16
+        fallback = Precision(cal["frameworks"]["no_bf16_precision"][sc.training.framework.value])
+        prec = Precision.bf16 if gpu.native_bf16 else fallback
         hw_cache: dict[tuple[int, int], Any] = {}
         for cards, nodes, tp, dp, zero, off, mb, ck in _configs(sc, arch, offer, catalog):
             if nodes > offer.max_nodes:
