@@ -58,13 +58,6 @@ _ZERO3_LOADING = (
 )
 
 
-def base_bits(scenario: Scenario) -> int:
-    """Bits of the frozen base: 16 for full fine-tuning, else ``training.base_bits`` (default 4 qlora, 16 lora)."""
-    if scenario.method is Method.full:
-        return 16
-    return scenario.training.base_bits or (4 if scenario.method is Method.qlora else 16)
-
-
 def uses_deepspeed(scenario: Scenario, plan: Plan) -> bool:
     """Whether the hf plan runs under DeepSpeed (a ZeRO stage or an offload with ``sharding: deepspeed``)."""
     hf = scenario.training.framework is Framework.hf and scenario.training.sharding is Sharding.deepspeed
@@ -149,7 +142,7 @@ def hf_arguments(scenario: Scenario, plan: Plan) -> dict[str, Any]:
         # PEFT's launch scripts: use_reentrant True for QLoRA under ZeRO-3 or FSDP (run_peft_qlora_deepspeed_stage3.sh,
         # run_peft_qlora_fsdp.sh), False for LoRA under them and for QLoRA under DDP (run_peft_deepspeed.sh,
         # run_peft_fsdp.sh, run_peft_multigpu.sh); train.py passes it as gradient_checkpointing_kwargs
-        reentrant = base_bits(scenario) < 16 and _sharded(scenario, plan)
+        reentrant = scenario.frozen_base_bits < 16 and _sharded(scenario, plan)
         args["gradient_checkpointing_kwargs"] = {"use_reentrant": reentrant}
     if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
         # with "optimizer" in ds_config.json the Trainer ignores optim (DummyOptim), so printing one would contradict
@@ -199,7 +192,7 @@ def from_pretrained(scenario: Scenario, plan: Plan) -> dict[str, Any] | None:
     it: bfloat16 under bf16; float32 under fp16 "for stable automatic mixed precision" (peft accelerate/fsdp.md and
     deepspeed.md, examples/sft/utils.py).
     """
-    bits = base_bits(scenario)
+    bits = scenario.frozen_base_bits
     if bits == 16:
         return None
     if bits == 8:
@@ -334,7 +327,7 @@ def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> dict
             settings["ds_config.json"] = deepspeed_config(plan)
             if plan.zero_stage == 3:
                 notes.append(_ZERO3_LOADING)
-        if fsdp is not None and base_bits(scenario) < 16 and plan.optimizer is OptimizerName.paged_adamw_8bit:
+        if fsdp is not None and scenario.frozen_base_bits < 16 and plan.optimizer is OptimizerName.paged_adamw_8bit:
             notes.append("FSDP + QLoRA with paged_adamw_8bit fails when saving a checkpoint (peft accelerate/fsdp.md)")
     if notes:
         settings["notes"] = notes

@@ -132,7 +132,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
             total=offer_total, currency=offer.currency, budget_currency_total=round(float(space.cost_total[i]), 2)
         )
     est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money)
-    if {"memory", "time"} <= set(space.accuracy):
+    if space.accuracy:  # validated on load (schema_catalog.Accuracy): both models or none
         oi = int(c.offer_idx[i])
         est = est.model_copy(update={"uncertainty": band(est, offer, space.fx[oi], space.scenario, space.accuracy)})
     return est

@@ -411,3 +411,15 @@ class Scenario(Strict):
         if self.method is Method.full:
             return None
         return self.lora or LoraSpec()
+
+    @property
+    def frozen_base_bits(self) -> int:
+        """Bits of the base weights: 16 for full fine-tuning, else ``training.base_bits`` (default 4 qlora, 16 lora)."""
+        if self.method is Method.full:
+            return 16
+        return self.training.base_bits or (4 if self.method is Method.qlora else 16)
+
+    @property
+    def billing_terms(self) -> frozenset[Term] | None:
+        """The rental terms a bill may use: the pinned ``plan.term`` only, or None for every term an offer prices."""
+        return frozenset([self.plan.term]) if self.plan.term else None

@@ -24,7 +24,7 @@ from optimizer.catalog import Catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.engines import OffloadRule, checkpointing_levels, half_precision_fallback, offload_rule
 from optimizer.errors import InputError, SolverLimitError, did_you_mean
-from optimizer.schema import Checkpointing, Method, Offload, Precision, Scenario
+from optimizer.schema import Checkpointing, Offload, Precision, Scenario
 from optimizer.schema_catalog import Gpu, Offer
 
 MAX_CANDIDATES = 4_000_000  # ~100 bytes x 40 columns each: stays well under 2 GiB of numpy temporaries
@@ -103,9 +103,6 @@ class Space:
 def make_job(scenario: Scenario, arch: Any) -> Job:
     """The scenario's fixed quantities (architecture, method, software, sequence, batch, data)."""
     t = scenario.training
-    base_bits = (
-        16 if scenario.method is Method.full else (t.base_bits or (4 if scenario.method is Method.qlora else 16))
-    )
     return Job(
         arch=arch,
         method=scenario.method,
@@ -114,7 +111,7 @@ def make_job(scenario: Scenario, arch: Any) -> Job:
         sharding=t.sharding,
         attention=t.attention,
         loss=t.loss,
-        base_bits=base_bits,
+        base_bits=scenario.frozen_base_bits,
         seq_len=scenario.seq_len,
         global_batch=scenario.global_batch,
         total_tokens=scenario.data.total_tokens,
@@ -394,7 +391,7 @@ def bill_rows(
 
     A pinned ``term`` restricts the terms; a row whose offer does not price it gets an infinite total.
     """
-    terms = frozenset([scenario.plan.term]) if scenario.plan.term else None
+    terms = scenario.billing_terms
     totals = np.zeros(len(ev))
     by_row: dict[int, cost.Bill] = {}
     for oi in np.unique(ev.offer_idx):

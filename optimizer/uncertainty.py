@@ -75,8 +75,7 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
         hours_p90=hours["ratio_p90"],
         meets_deadline_p90=None if deadline is None else hours["ratio_p90"] <= deadline,
     )
-    terms = frozenset([scenario.plan.term]) if scenario.plan.term else None
-    bills = cost.bills(np.array([hours["ratio_p10"], hours["ratio_p90"]]), offer, terms)
+    bills = cost.bills(np.array([hours["ratio_p10"], hours["ratio_p90"]]), offer, scenario.billing_terms)
     low, high = (round(b.per_card * p.cards, 2) for b in bills)
     budget = scenario.budget
     money = CostBand(

@@ -26,7 +26,7 @@ from optimizer import cost, memory, timing
 from optimizer.catalog import Catalog, resolve_model
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.errors import InputError
-from optimizer.schema import TERM_HOURS, Method, ModelArch, Offload, Precision, Scenario, Term
+from optimizer.schema import TERM_HOURS, ModelArch, Offload, Precision, Scenario, Term
 from optimizer.schema_catalog import FxFile, Gpu, ModelFile, Offer
 from optimizer.schema_plan import Estimate, Plan
 from optimizer.space import hardware as space_hardware
@@ -56,10 +56,8 @@ class Recomputed:
 def job_of(scenario: Scenario, arch: ModelArch) -> Job:
     """The scenario's fixed quantities; base weights 16-bit for full and LoRA, 4-bit for QLoRA unless given."""
     t = scenario.training
-    default_bits = 4 if scenario.method is Method.qlora else 16
-    base_bits = 16 if scenario.method is Method.full else (t.base_bits or default_bits)
     return Job(arch=arch, method=scenario.method, lora=scenario.lora_spec, framework=t.framework,
-               sharding=t.sharding, attention=t.attention, loss=t.loss, base_bits=base_bits,
+               sharding=t.sharding, attention=t.attention, loss=t.loss, base_bits=scenario.frozen_base_bits,
                seq_len=scenario.seq_len, global_batch=scenario.global_batch,
                total_tokens=scenario.data.total_tokens, checkpoint_every_hours=t.checkpoint_every_hours,
                compile=t.compile, activation_offload=t.activation_offload,
@@ -95,8 +93,8 @@ def recompute(scenario: Scenario, catalog: Catalog, arch: ModelArch, plan: Plan,
     mem = {k: int(v[0]) for k, v in memory.breakdown(job, cfg, catalog.calibration["memory"]).items()}
     with np.errstate(divide="ignore", invalid="ignore"):
         t = {k: float(v[0]) for k, v in timing.job_time(job, cfg, hw, catalog.calibration["timing"]).items()}
-    terms = frozenset([scenario.plan.term]) if scenario.plan.term else None
-    bill = cost.bill(t["hours"], offer, terms) if math.isfinite(t["hours"]) else cost.Bill(math.inf, {})
+    hours = t["hours"]
+    bill = cost.bill(hours, offer, scenario.billing_terms) if math.isfinite(hours) else cost.Bill(math.inf, {})
     return Recomputed(mem, int(gpu.memory_gib * 2**30), t, job.steps, bill)
 
 
