@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimizer.uncertainty import ratio_quantiles  # noqa: E402
+from optimizer.models.uncertainty import ratio_quantiles  # noqa: E402
 from tests.memory_reference_cases import (  # noqa: E402
     NOTE_SETTINGS,
     UNIT_BYTES,

@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from optimizer import planner  # noqa: E402
 from optimizer.catalog import load_catalog  # noqa: E402
-from optimizer.uncertainty import ratio_quantiles  # noqa: E402
+from optimizer.models.uncertainty import ratio_quantiles  # noqa: E402
 
 CASES = REPO / "tests" / "data" / "reference" / "throughput_cases.yaml"  # copy of shared/reference
 # Per-GPU inter-node bandwidth of the cluster each source ran on, where it differs from the catalog offer.
@@ -214,7 +214,7 @@ def summary(rows: list[Row]) -> dict[str, tuple[int, float, float]]:
 
 def heldout_ratios(rows: list[Row]) -> list[float]:
     """real / predicted compute time of every held-out case (predicted / published tokens/s): the basis of
-    calibration.yaml ``accuracy.time`` (optimizer/uncertainty.py)."""
+    calibration.yaml ``accuracy.time`` (optimizer/models/uncertainty.py)."""
     return [1.0 + r.error for r in rows if r.split == "held-out"]
 
 

@@ -119,7 +119,7 @@ def solve_row(path: str, settings: SolverSettings = DEFAULT_SETTINGS) -> Row:
                    grad_accum=p.grad_accum, checkpointing=p.checkpointing.value,
                    cost=round(float(space.cost_total[out.index]), 2), hours=est.time.hours)  # fmt: skip
         u = est.uncertainty
-        if u is not None:  # the plan at the 90th percentile of the models' held-out errors (optimizer/uncertainty.py)
+        if u is not None:  # the plan at the 90th percentile of the models' held-out errors (models/uncertainty.py)
             fx = space.fx[int(space.cand.offer_idx[out.index])]
             row.update(cost_p90=round(u.cost.total_p90 * fx, 2), hours_p90=u.time.hours_p90, fits_p90=u.memory.fits_p90)
     except FtoptError as exc:

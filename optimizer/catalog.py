@@ -1,7 +1,8 @@
 """Load and validate the catalogs (GPUs, offers, models, exchange rates, calibration) and scenarios.
 
-Built-in data lives in the repository's ``catalogs/`` folder; a scenario may name other offer files. Names are
-matched case-insensitively, GPU aliases included; an unknown name is an error with the nearest names.
+Built-in data lives in the repository's ``catalogs/`` folder, which an installed wheel carries as the package
+``optimizer.catalogs``; a scenario names built-in offer files by name (``catalog: cn``) and its own by path. Names
+are matched case-insensitively, GPU aliases included; an unknown name is an error with the nearest names.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from optimizer.schema import HfConfigRef, ModelArch, Scenario
 from optimizer.schema_catalog import Accuracy, FxFile, FxRate, Gpu, GpuFile, ModelFile, Offer, OfferFile
 from optimizer.yamlio import read_yaml, validate
 
-CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalogs"
+_PACKAGE_DIR = Path(__file__).resolve().parent
+# An installed wheel holds the data as optimizer/catalogs; a source checkout (or an editable install) keeps it at the
+# top of the repository.
+CATALOG_DIR = _PACKAGE_DIR / "catalogs" if (_PACKAGE_DIR / "catalogs").is_dir() else _PACKAGE_DIR.parent / "catalogs"
 
 
 @dataclass(frozen=True)
@@ -151,36 +155,45 @@ def load_catalog(offer_files: list[str | Path] | None = None, root: Path = CATAL
 
     Loading is cached per (offer files, root), so batch workers parse each catalog once.
     """
-    files = [Path(p) for p in offer_files] if offer_files else default_offer_files()
-    for f in files:
-        if not f.exists():
-            raise InputError(str(f), "", "catalog file not found")
-        if f.is_dir():
-            raise InputError(str(f), "", "is a directory, expected an offers YAML file")
+    files = [resolve_offer_file(p, str(p), "catalog") for p in offer_files] if offer_files else default_offer_files()
     return _load_cached(tuple(str(f) for f in files), str(root))
 
 
-def scenario_offer_files(scenario: Scenario, scenario_path: str | Path | None) -> list[Path] | None:
-    """The offer files a scenario names, resolved in order against the working directory, the scenario's folder.
+def builtin_offer_names() -> list[str]:
+    """Names of the built-in offer files (``cn``, ``us``, ...), usable as ``catalog: NAME`` from any directory."""
+    return [p.stem for p in default_offer_files()]
 
-    Then the ftopt checkout, so that ``catalog: catalogs/offers/cn.yaml`` works from any directory.
+
+def resolve_offer_file(name: str | Path, source: str, where: str, base: Path | None = None) -> Path:
+    """One offers file named by a user: a built-in name (``cn``), or a path.
+
+    A relative path is tried against the working directory, then ``base`` (the scenario's folder), then the ftopt
+    data folder's parent, so that ``catalogs/offers/cn.yaml`` works from any directory and from an installed wheel.
     """
+    text = str(name)
+    builtin = CATALOG_DIR / "offers" / f"{text}.yaml"
+    if "/" not in text and "\\" not in text and not text.endswith((".yaml", ".yml")) and builtin.is_file():
+        return builtin
+    p = Path(text)
+    if not p.is_absolute() and not p.exists():
+        bases = ([base] if base is not None else []) + [CATALOG_DIR.parent]
+        p = next((b / p for b in bases if (b / p).exists()), p)
+    if not p.exists():
+        raise InputError(source, where, f"catalog file '{name}' not found; built-in catalogs: "
+                         f"{', '.join(builtin_offer_names())}, or give the path of an offers YAML file")  # fmt: skip
+    if p.is_dir():
+        raise InputError(source, where, f"'{name}' is a directory, expected a built-in catalog name "
+                         f"({', '.join(builtin_offer_names())}) or an offers YAML file")  # fmt: skip
+    return p
+
+
+def scenario_offer_files(scenario: Scenario, scenario_path: str | Path | None) -> list[Path] | None:
+    """The offer files a scenario names (built-in names or paths, see ``resolve_offer_file``)."""
     if scenario.catalog is None:
         return None
     names = [scenario.catalog] if isinstance(scenario.catalog, str) else scenario.catalog
-    out: list[Path] = []
-    for name in names:
-        p = Path(name)
-        if not p.is_absolute() and not p.exists():
-            bases = ([Path(scenario_path).parent] if scenario_path is not None else []) + [CATALOG_DIR.parent]
-            p = next((b / p for b in bases if (b / p).exists()), p)
-        if not p.exists():
-            raise InputError(str(scenario_path or "scenario"), "catalog", f"catalog file '{name}' not found")
-        if p.is_dir():
-            raise InputError(str(scenario_path or "scenario"), "catalog", f"'{name}' is a directory, expected an "
-                             "offers YAML file such as catalogs/offers/us.yaml")  # fmt: skip
-        out.append(p)
-    return out
+    base = Path(scenario_path).parent if scenario_path is not None else None
+    return [resolve_offer_file(n, str(scenario_path or "scenario"), "catalog", base) for n in names]
 
 
 def load_scenario(path: str | Path) -> Scenario:

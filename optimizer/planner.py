@@ -12,17 +12,17 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer import cost
 from optimizer.catalog import Catalog, load_catalog, load_scenario, resolve_model, scenario_offer_files
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
 from optimizer.errors import InputError, SolverLimitError
 from optimizer.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.launch import launch_settings
+from optimizer.models import cost
+from optimizer.models.uncertainty import band
 from optimizer.schema import Budget, Objective, PlanPins, Scenario, Status
 from optimizer.schema_plan import CostReport, Estimate, MemoryReport, Plan, TimeReport
 from optimizer.solver import Limits, Outcome, SolverSettings, limits_from, solve
 from optimizer.space import MAX_JOB_HOURS, Space, bill_rows, build, enumerate_all, report_currency
-from optimizer.uncertainty import band
 from optimizer.yamlio import validate, validate_value
 
 

@@ -101,7 +101,7 @@ OFF_SCALE = 3.0  # plot_front draws a budget or deadline line only up to this mu
 def _uncertainty_bars(ax: Any, result: ParetoResult) -> None:
     """Error bars: each point's hours and cost at the 10th and 90th percentile of the models' held-out errors.
 
-    From optimizer/uncertainty.py; the cost band is converted to the front's currency by the point's own rate.
+    From optimizer/models/uncertainty.py; the cost band is converted to the front's currency by the point's own rate.
     """
     xs, ys, xerr, yerr = [], [], [[], []], [[], []]
     for e, c, h in zip(result.estimates, result.costs, result.hours, strict=True):

@@ -134,7 +134,7 @@ class ModelFile(Strict):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Model accuracy (calibration.yaml ``accuracy``, read by optimizer/uncertainty.py)
+# Model accuracy (calibration.yaml ``accuracy``, read by optimizer/models/uncertainty.py)
 
 
 class RatioBand(Strict):

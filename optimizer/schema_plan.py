@@ -98,7 +98,7 @@ class CostBand(Strict):
 
 
 class Uncertainty(Strict):
-    """How far reality may lie from the prediction, from the models' held-out errors (optimizer/uncertainty.py)."""
+    """How far reality may lie from the prediction, from the models' held-out errors (models/uncertainty.py)."""
 
     memory: MemoryBand
     time: TimeBand

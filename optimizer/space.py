@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from optimizer import cost, memory, timing
 from optimizer.catalog import Catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
-from optimizer.engines import OffloadRule, checkpointing_levels, half_precision_fallback, offload_rule
 from optimizer.errors import InputError, SolverLimitError, did_you_mean
+from optimizer.models import cost, memory, timing
+from optimizer.models.engines import OffloadRule, checkpointing_levels, half_precision_fallback, offload_rule
 from optimizer.schema import Checkpointing, Offload, Precision, Scenario
 from optimizer.schema_catalog import Gpu, Offer
 
@@ -94,7 +94,7 @@ class Space:
     enumerated: int = 0
     fitting: int = 0
     smallest_need: dict[str, int] = field(default_factory=dict)  # GPU id -> smallest per-GPU total over its configs
-    accuracy: dict[str, Any] = field(default_factory=dict)  # calibration.yaml accuracy (optimizer/uncertainty.py)
+    accuracy: dict[str, Any] = field(default_factory=dict)  # calibration.yaml accuracy (models/uncertainty.py)
 
 
 # ------------------------------------------------------------------------------------------------ job and offers

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from optimizer import catalog as catalog_mod
-from optimizer import cost, memory, timing
 from optimizer.catalog import Catalog, resolve_model
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.errors import InputError
+from optimizer.models import cost, memory, timing
 from optimizer.schema import TERM_HOURS, ModelArch, Offload, Precision, Scenario, Term
 from optimizer.schema_catalog import FxFile, Gpu, ModelFile, Offer
 from optimizer.schema_plan import Estimate, Plan

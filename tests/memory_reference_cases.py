@@ -3,7 +3,7 @@ bench/memory_accuracy.py, which prints the markdown table of docs/memory-model.m
 
 Each case's ``scenario`` mapping is written to a YAML file and read back through the same loader as ``ftopt
 estimate``; the memory model's breakdown is then mapped to the counter the source reports (``measured.metric``):
-allocated, reserved or nvidia-smi (:func:`optimizer.memory.peak_for_metric`). ``unknown`` counters are read as
+allocated, reserved or nvidia-smi (:func:`optimizer.models.memory.peak_for_metric`). ``unknown`` counters are read as
 what the framework's own logger or the source's usual instrument reports: torchtune logs torch's allocator
 ("Peak Memory Active" in its later tables, so allocated; its 2024 GB-era tables quote reserved, see
 UNKNOWN_METRIC_BY_UNIT); the HF-based sources (Qwen's profiling table, the PEFT
@@ -26,8 +26,8 @@ from typing import Any
 
 import yaml
 
-from optimizer import memory
 from optimizer.catalog import Catalog, load_catalog, load_scenario, resolve_model
+from optimizer.models import memory
 from optimizer.space import enumerate_all
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "reference" / "memory_cases.yaml"  # copy of shared/
@@ -209,7 +209,7 @@ def summary(results: list[CaseResult], split: str | None = None) -> dict[str, fl
 
 def heldout_ratios(results: list[CaseResult]) -> list[float]:
     """measured / predicted peak of every held-out measured case: the basis of calibration.yaml
-    ``accuracy.memory`` (optimizer/uncertainty.py)."""
+    ``accuracy.memory`` (optimizer/models/uncertainty.py)."""
     return [r.measured / r.predicted for r in results if r.bound is None and r.split == "held-out"]
 
 

@@ -95,3 +95,32 @@ def test_catalog_readme_documents_every_field(model):
     readme = (CATALOG_DIR / "README.md").read_text(encoding="utf-8")
     undocumented = [f for f in model.model_fields if f != "currency" and not re.search(rf"`{f}`", readme)]
     assert undocumented == []
+
+
+def test_builtin_catalogs_resolve_by_name_from_any_directory(tmp_path, monkeypatch):
+    from optimizer.catalog import builtin_offer_names, resolve_offer_file
+
+    monkeypatch.chdir(tmp_path)  # no catalogs/ here
+    assert builtin_offer_names() == ["cn", "us"]
+    assert resolve_offer_file("cn", "s.yaml", "catalog") == CATALOG_DIR / "offers" / "cn.yaml"
+    # the old spelling still works from outside the checkout
+    assert resolve_offer_file("catalogs/offers/us.yaml", "s.yaml", "catalog").resolve() == (
+        CATALOG_DIR / "offers" / "us.yaml").resolve()
+
+
+def test_unknown_catalog_name_lists_the_builtin_ones(tmp_path, monkeypatch):
+    from optimizer.catalog import resolve_offer_file
+    from optimizer.errors import InputError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError) as err:
+        resolve_offer_file("eu", "s.yaml", "catalog")
+    assert "built-in catalogs: cn, us" in str(err.value)
+
+
+def test_a_user_file_is_read_by_path(tmp_path, monkeypatch):
+    from optimizer.catalog import resolve_offer_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("offers: []\n")
+    assert resolve_offer_file("mine.yaml", "s.yaml", "catalog").resolve() == (tmp_path / "mine.yaml").resolve()

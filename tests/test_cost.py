@@ -1,4 +1,4 @@
-"""Rental billing (optimizer/cost.py): whole billing units, term choice, mixed terms, currency, per-card bills.
+"""Rental billing (optimizer/models/cost.py): whole billing units, term choice, mixed terms, currency, per-card bills.
 
 Prices are synthetic (P per card-hour) so each expected bill is worked by hand in a comment.
 """
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer import cost
 from optimizer.errors import InputError
+from optimizer.models import cost
 from optimizer.schema import Term
 from optimizer.schema_catalog import Offer
 

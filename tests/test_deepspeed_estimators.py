@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer import memory
+from optimizer.models import memory
 from tests.memory_builders import LLAMA2_7B, LLAMA31_8B, LLAMA32_3B, cfg, consts, job
 
 TOLERANCE = 0.01

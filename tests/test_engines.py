@@ -1,4 +1,4 @@
-"""The solver proposes only what the scenario's engine can launch (optimizer/engines.py, calibration ``frameworks``).
+"""The solver proposes only what the engine can launch (optimizer/models/engines.py, calibration ``frameworks``).
 
 Offloading: DeepSpeed offloads the optimizer at ZeRO 1-3 and parameters at ZeRO-3; FSDP (accelerate or torchtune)
 offloads parameters, gradients and optimizer together; torchtune's full fine-tuning recipe shards, and so offloads,
@@ -12,7 +12,7 @@ import pytest
 
 from optimizer.catalog import load_scenario, resolve_model
 from optimizer.configs import CHECKPOINTING, OFFLOAD, PRECISION
-from optimizer.engines import OffloadRule, engine_key, offload_rule
+from optimizer.models.engines import OffloadRule, engine_key, offload_rule
 from optimizer.schema import Checkpointing, Offload
 from optimizer.space import enumerate_all, make_job
 

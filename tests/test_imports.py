@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "optimizer"
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+# leaf name -> file; leaf names are unique across the package and its subpackages (models/, ...)
+FILES = {p.stem: p for p in PACKAGE.rglob("*.py") if p.stem != "__init__"}
+MODULES = sorted(FILES)
+DOTTED = {m: ".".join(FILES[m].relative_to(PACKAGE.parent).with_suffix("").parts) for m in MODULES}
 
 LAYER = {  # a module may import only modules of a lower layer (or, listed in SAME_LAYER, of its own)
     "errors": 0, "schema": 0, "schema_catalog": 0, "schema_plan": 0, "atomic": 0,
@@ -38,12 +41,12 @@ TERMINAL = {"click", "rich"}  # user-interface libraries: report modules and cli
 
 
 def _imports(module: str) -> set[str]:
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
+    tree = ast.parse(FILES[module].read_text(encoding="utf-8"))
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "optimizer":
-                found |= {f"optimizer.{a.name}" for a in node.names}
+            if node.module.startswith("optimizer") and (PACKAGE.parent / node.module.replace(".", "/")).is_dir():
+                found |= {f"{node.module}.{a.name}" for a in node.names}  # from optimizer[.models] import memory
             else:
                 found.add(node.module)
         elif isinstance(node, ast.Import):
@@ -52,7 +55,7 @@ def _imports(module: str) -> set[str]:
 
 
 def _internal(module: str) -> set[str]:
-    return {m.split(".")[1] for m in _imports(module) if m.startswith("optimizer.")}
+    return {m.split(".")[-1] for m in _imports(module) if m.startswith("optimizer.") and m.split(".")[-1] in FILES}
 
 
 def test_every_module_has_a_layer():
@@ -61,7 +64,7 @@ def test_every_module_has_a_layer():
 
 @pytest.mark.parametrize("module", MODULES)
 def test_module_imports_in_a_fresh_interpreter(module):
-    done = subprocess.run([sys.executable, "-c", f"import optimizer.{module}"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", f"import {DOTTED[module]}"], capture_output=True, text=True,
                           cwd=PACKAGE.parent, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
 
@@ -77,7 +80,7 @@ def test_imports_flow_one_way(module):
 
 @pytest.mark.parametrize("module", [m for m in MODULES if LAYER.get(m, 99) < LAYER["report"]])
 def test_nothing_below_report_uses_the_terminal(module):
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
+    tree = ast.parse(FILES[module].read_text(encoding="utf-8"))
     ui = sorted(m for m in _imports(module) if m.split(".")[0] in TERMINAL)
     prints = [n.lineno for n in ast.walk(tree)
               if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"]  # fmt: skip

@@ -1,6 +1,6 @@
 """Each memory component against a number computed by hand (comments show the arithmetic).
 
-Sources of the formulas: optimizer/memory.py and optimizer/activations.py docstrings, ../shared/reference/formulas.md
+Sources of the formulas: optimizer/models/memory.py and activations.py docstrings, ../shared/reference/formulas.md
 Part I. Tolerances: exact (int64 bytes, ceil) unless stated.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optimizer import activations, memory
+from optimizer.models import activations, memory
 from tests.memory_builders import LLAMA2_7B, LLAMA31_8B, LLAMA32_3B, cfg, consts, job
 
 P7 = LLAMA2_7B.total_params  # 6,738,415,616

@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer import memory
+from optimizer.models import memory
 from tests.memory_builders import LLAMA2_7B, LLAMA31_8B, LLAMA32_3B, cfg, consts, job
 
 CONSTS = consts()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer import activations, memory
+from optimizer.models import activations, memory
 from tests.memory_builders import LLAMA32_3B, cfg, consts, job
 
 GIB = 2**30

@@ -21,10 +21,11 @@ import numpy as np
 import pytest
 import yaml
 
-from optimizer import cost, memory, space, timing
+from optimizer import space
 from optimizer.catalog import Catalog, load_catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, column
 from optimizer.errors import InputError
+from optimizer.models import cost, memory, timing
 from optimizer.planner import prepare, solve_scenario, to_estimate
 from optimizer.schema import Checkpointing, ModelArch, Offload, Precision, Scenario, Status
 from optimizer.schema_catalog import Offer

@@ -1,4 +1,4 @@
-"""Step-time model (optimizer/timing.py): FLOP counts, communication volumes, bubble, precision, offload.
+"""Step-time model (optimizer/models/timing.py): FLOP counts, communication volumes, bubble, precision, offload.
 
 Numbers in comments are worked by hand from the formulas in timing.py's docstrings (formulas.md Part II section 3).
 """
@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from optimizer import timing
+from optimizer.models import timing
 from tests.conftest import timing_inputs
 
 # Toy architecture small enough to count by hand: L=2, h=64, I=128, a=k=4, V=100, untied.

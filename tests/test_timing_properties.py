@@ -13,8 +13,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optimizer import timing
 from optimizer.catalog import load_catalog
+from optimizer.models import timing
 from tests.conftest import timing_inputs
 
 CATALOG = load_catalog()

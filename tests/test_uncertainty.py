@@ -1,4 +1,4 @@
-"""Uncertainty bands (optimizer/uncertainty.py): where the percentiles come from and what they do to a plan.
+"""Uncertainty bands (optimizer/models/uncertainty.py): where the percentiles come from and what they do to a plan.
 
 The percentiles in catalogs/calibration.yaml ``accuracy`` are recomputed here from the held-out reference cases, so a
 change to either model that moves its held-out errors fails until the file is regenerated (the benches print the
@@ -16,11 +16,11 @@ import sys
 import pytest
 import yaml
 
-from optimizer import cost
 from optimizer.catalog import load_catalog
 from optimizer.errors import InputError
+from optimizer.models import cost
+from optimizer.models.uncertainty import ratio_quantiles
 from optimizer.planner import estimate_scenario, solve_scenario
-from optimizer.uncertainty import ratio_quantiles
 from tests.conftest import REPO
 from tests.memory_reference_cases import evaluate_all, heldout_ratios
 

@@ -11,7 +11,7 @@ A plan's band is the prediction scaled by those ratios:
 
     total_pXX = total x r_pXX                                            (bytes per GPU)
     hours_pXX = fixed + (hours - fixed) x r_pXX, fixed = hours - steps x step_seconds / 3600
-    cost_pXX  = the offer's cheapest bill (optimizer.cost.bill) for hours_pXX, x cards
+    cost_pXX  = the offer's cheapest bill (optimizer.models.cost.bill) for hours_pXX, x cards
 
 Start-up and checkpoint time (``fixed``) are assumptions rather than scored predictions, so they are not scaled.
 The band is the spread of past errors on a small set of cases (13 memory, 13 throughput), not a probability
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from optimizer import cost
+from optimizer.models import cost
 from optimizer.schema import Scenario
 from optimizer.schema_catalog import Offer
 from optimizer.schema_plan import CostBand, Estimate, MemoryBand, TimeBand, Uncertainty

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from optimizer.configs import CHECKPOINTING, OFFLOAD, PRECISION, Configs, Hardware, Job
-from optimizer.memory import linear_params, trainable_params
+from optimizer.models.memory import linear_params, trainable_params
 from optimizer.schema import Checkpointing, Method, Offload
 
 _CK_NONE, _CK_SEL, _CK_FULL = (CHECKPOINTING.index(c) for c in Checkpointing)

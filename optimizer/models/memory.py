@@ -16,7 +16,7 @@ total = weights + gradients + optimizer + activations + logits + overhead. Gradi
 (gradient accumulation 1, no persistent gradient buffer) are allocated while the activations are released, so the
 peak is W + O + max(A + LOG + G_out, G) (formulas.md section 1 "Rules the solver needs"; G_out, the trained output
 layer's gradient, is produced first, while everything else is still live); ``gradients`` then reports the part
-of that maximum above A + LOG. Activations A and logits LOG are computed in :mod:`optimizer.activations`.
+of that maximum above A + LOG. Activations A and logits LOG are computed in :mod:`optimizer.models.activations`.
 ``overhead`` holds the CUDA context (``context``, outside torch's counters), communication buffers, ZeRO-3/FSDP
 gathered parameters, k-bit dequantisation and allocator fragmentation (``fragmentation``, reserved minus
 allocated); :func:`peak_for_metric` maps the total to what a counter reports.
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.activations import _f, _i64, _targets, activation_bytes, logits_bytes
 from optimizer.configs import OFFLOAD, OPTIMIZER, PRECISION, Configs, Job
+from optimizer.models.activations import _f, _i64, _targets, activation_bytes, logits_bytes
 from optimizer.schema import Framework, Method, Offload, OptimizerName, Precision, Sharding
 
 GIB = 2**30

@@ -5,7 +5,7 @@ shape ``(n,)``) and the ``memory`` section of ``catalogs/calibration.yaml``, and
 ``(n,)`` (:func:`activation_bytes_per_token_layer`: float bytes per token and layer). Notation
 (../shared/reference/formulas.md, Part I): L layers, h hidden, I SwiGLU width, a heads, h_kv = kv_heads x
 head_dim, V vocab, s sequence length, b micro-batch, T = s b tokens per micro-batch, t tensor-parallel degree,
-p pipeline degree. :mod:`optimizer.memory` adds these to the model states and overheads at the peak.
+p pipeline degree. :mod:`optimizer.models.memory` adds these to the model states and overheads at the peak.
 
 Sources: Korthikanti et al. 2022 (arXiv 2205.05198, section 4) for activations; Narayanan et al. 2021 for the
 micro-batches a 1F1B pipeline stage holds; HF and torchtune sources for logits and dtype defaults (formulas.md
