@@ -23,7 +23,7 @@ from tests.memory_reference_cases import (  # noqa: E402
     UNIT_BYTES,
     evaluate_all,
     heldout_ratios,
-    load_cases,
+    load_all_cases,
     rule_of_thumb_gb,
     summary,
 )
@@ -39,7 +39,7 @@ def _settings(case_id: str) -> str:
 
 
 def main() -> None:
-    cases = {c["id"]: c for c in load_cases()}
+    cases = {c["id"]: c for c in load_all_cases()}
     written = {r.id: r for r in evaluate_all(notes=False)}
     results = evaluate_all()
     print("| case | split | counter | measured | as written | error | note settings | ftopt | error | rule of thumb "

@@ -76,6 +76,8 @@ class Loss(StrEnum):
 
     auto = "auto"
     standard = "standard"
+    standard_16bit = "standard_16bit"  # cross-entropy on 16-bit logits, no fp32 upcast (e.g. Qwen-1 remote code)
+    standard_held = "standard_held"  # fp32-upcast cross-entropy whose loop keeps the logits through backward
     chunked = "chunked"
     fused = "fused"
 

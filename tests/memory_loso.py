@@ -26,7 +26,7 @@ from tests.memory_reference_cases import UNIT_BYTES, CaseResult, evaluate_all
 
 GIB = 2**30
 FITTED = ("context_bytes", "fragmentation")
-CONTEXT_GRID_GIB = np.round(np.arange(0.30, 2.001, 0.05), 2)  # formulas.md section 7: a context of 0.3-2 GB
+CONTEXT_GRID_GIB = np.round(np.arange(0.50, 1.001, 0.05), 2)  # formulas.md section 8 "C, context: 0.5-1 GB"
 FRAGMENTATION_GRID = np.round(np.arange(0.0, 0.501, 0.01), 2)
 
 

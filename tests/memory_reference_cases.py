@@ -60,11 +60,16 @@ UNIT_BYTES = {"GB": 1e9, "GiB": 2.0**30}
 
 _COMPILE = {"training": {"compile": True}}
 _PLAIN_CE = {"training": {"loss": "standard"}}
+# torchtune recipes before PR #1235 (2024-07-28) kept the fp32 logits alive through backward (no "del logits")
+_HELD_CE = {"training": {"loss": "standard_held"}}
 _TT_2024_CE = "plain (unchunked) cross-entropy in the configs of the time"
 _ALPACA_CE = "Plain cross-entropy; pure bf16"
 _TT_2024_README = "dataset packed to 2048 tokens, torch.compile on"
 _PEFT_DROPOUT = {"lora": {"dropout": 0.1}}
 _QWEN_DROPOUT = {"lora": {"dropout": 0.05}}
+# Qwen (v1) runs its own modelling code (trust_remote_code), whose QWenLMHeadModel.forward takes the cross-entropy of
+# the 16-bit lm_logits with no fp32 upcast (modeling_qwen.py: shift_logits = lm_logits[..., :-1, :].contiguous())
+_QWEN_LOSS = ({"training": {"loss": "standard_16bit"}}, "Qwen (v1) architecture")
 
 # case id -> [(scenario overrides, the phrase of the case's notes that states the setting)]. Only settings the notes
 # state are applied (test_memory_reference.py checks that each phrase occurs in the notes); everything else stays
@@ -98,21 +103,35 @@ NOTE_SETTINGS: dict[str, list[tuple[dict[str, Any], str]]] = {
         (_COMPILE, "as the LoRA row with an NF4 base"),
         ({"training": {"activation_offload": True}}, "activation offloading on"),
     ],
-    "mem-tt-llama2-7b-lora-4090": [(_PLAIN_CE, _TT_2024_CE)],
-    "mem-tt-llama2-7b-lora-2x4090-fsdp": [(_PLAIN_CE, _TT_2024_CE)],
-    "mem-tt-llama2-7b-full-4x4090-fsdp": [(_PLAIN_CE, _TT_2024_CE)],
-    "mem-tt-llama2-7b-qlora-4090-alpaca": [(_PLAIN_CE, _ALPACA_CE)],
-    "mem-tt-llama2-7b-lora-4090-alpaca": [(_PLAIN_CE, _ALPACA_CE)],
-    "mem-tt-llama2-7b-lora-2x4090-alpaca": [(_PLAIN_CE, _ALPACA_CE)],
-    "mem-tt-llama2-7b-full-4x4090-alpaca": [(_PLAIN_CE, _ALPACA_CE)],
+    "mem-tt-llama2-7b-lora-4090": [(_HELD_CE, _TT_2024_CE)],
+    "mem-tt-llama2-7b-lora-2x4090-fsdp": [(_HELD_CE, _TT_2024_CE)],
+    "mem-tt-llama2-7b-full-4x4090-fsdp": [(_HELD_CE, _TT_2024_CE)],
+    "mem-tt-llama2-7b-qlora-4090-alpaca": [(_HELD_CE, _ALPACA_CE)],
+    "mem-tt-llama2-7b-lora-4090-alpaca": [(_HELD_CE, _ALPACA_CE)],
+    "mem-tt-llama2-7b-lora-2x4090-alpaca": [(_HELD_CE, _ALPACA_CE)],
+    "mem-tt-llama2-7b-full-4x4090-alpaca": [(_HELD_CE, _ALPACA_CE)],
     "mem-peft-llama2-70b-qlora-zero3-2xa100-40g": [(_PEFT_DROPOUT, "dropout 0.1 on all linear layers")],
     "mem-peft-llama2-70b-lora-fsdp-8xh100": [(_PEFT_DROPOUT, "dropout 0.1 on all linear layers")],
     "mem-peft-llama2-70b-qlora-fsdp-cpu-offload-2x24g": [(_PEFT_DROPOUT, "dropout 0.1 on all linear layers")],
     "mem-peft-llama2-70b-qlora-fsdp-no-offload": [(_PEFT_DROPOUT, "dropout 0.1 on all linear layers")],
     **{
-        f"mem-qwen-{m}-s{s}": [(_QWEN_DROPOUT, "r 64, alpha 16, dropout 0.05")]
+        f"mem-qwen-{m}-s{s}": [(_QWEN_DROPOUT, "r 64, alpha 16, dropout 0.05"), _QWEN_LOSS]
         for m in ("7b-qlora-gptq", "72b-lora-zero3-4gpu", "72b-qlora-gptq-1gpu")
         for s in (256, 8192)
+    },
+    **{f"mem-qwen-{m}": [_QWEN_LOSS] for m in ("1.8b-full-zero3-1gpu-s256", "1.8b-full-zero3-1gpu-s8192",
+                                                 "7b-full-zero3-2gpu-s256", "7b-full-zero3-2gpu-s1024")},
+    # torchtitan@e7c0cae (2025) compiles the blocks and the loss (components/loss.py), which training.compile
+    # expresses. The December 2024 rows (torchtitan@9dec370) compiled the blocks only, the loss not (train.py:
+    # "# if job_config.training.compile: loss_fn = torch.compile(loss_fn)" commented out); the schema cannot say
+    # that, so they run without compile: under their full checkpointing compile changes only the layer recomputed.
+    "mem2-titan-llama3.1-8b-32xh200-fp8": [(_COMPILE, "--training.compile")],
+    # LitGPT finetune/lora.py defaults, as the notes state (dropout on the adapters' input)
+    **{
+        f"mem2-litgpt-llama2-{m}": [({"lora": {"dropout": 0.05}}, "r 8, alpha 16, dropout 0.05")]
+        for m in ("7b-lora-mb1-a100-40g", "7b-lora-mb2-a100-40g", "7b-lora-mb4-a100-40g-oom",
+                  "7b-qlora-nf4-mb1-a100-40g", "13b-lora-mb1-a100-40g", "13b-qlora-nf4-mb1-a100-40g",
+                  "13b-lora-mb2-a100-40g-oom")
     },
 }
 

@@ -123,30 +123,66 @@ def activation_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.nd
     return _i64(np.select([cfg.checkpointing == _CK_NONE, cfg.checkpointing == _CK_SEL], [none, sel], full))
 
 
-def logits_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
-    """Output-layer logits and cross-entropy buffers at their peak: T x V x c_loss / t (bytes, (n,)).
+def loss_kind(job: Job, consts: Mapping[str, Any]) -> str:
+    """The key of ``logits_bytes_per_vocab_token`` the job's loss uses.
 
-    c_loss per loss implementation (calibration ``logits_bytes_per_vocab_token``): standard (16-bit logits, an
-    fp32 upcast, fp32 log-softmax and its gradient: 12-16 B per vocab entry per token in HF/torchtune, less where
-    the model keeps bf16 logits), chunked (torchtune CEWithChunkedOutputLoss, 8 token chunks), fused linear-CE
-    (Liger, CCE: about 0). Source: formulas.md section 4.5. ``auto`` takes the framework default
-    (``default_loss``). ``standard`` is read per framework (``standard_loss_kind``): a bf16 cross-entropy
-    (``standard``, fitted on the Qwen cases, whose remote code keeps bf16 logits) or, for torchtune, whose
-    TransformerDecoder returns ``self.output(h).float()``, one on fp32-upcast logits (``standard_fp32``: fp32
-    logits, their fp32 log-softmax and its fp32 gradient, 4 B each = 12 B, the low end of formulas.md's 12-16 B;
-    not fitted). chunked is counted from what autograd keeps (not fitted): eager (``chunked``), the bf16 logits
-    (2 B, held by the recipe until the loss returns) + each chunk's fp32 log-softmax output saved for backward
-    (4 B) + the fp32 upcast of the chunk in flight (4/8 B) = 6.5 B; with ``training.compile`` torchtune compiles
-    the per-chunk upcast + cross-entropy (torchtune/training/_compile.py compile_loss: "we only compile the upcast
-    + cross-entropy calculation, not the chunking"), so the fp32 softmax is fused and recomputed in backward and
-    only the bf16 logits stay saved, plus one chunk's bf16 logit gradient in backward: 2 + 2/8 = 2.25 B
-    (``chunked_compiled``).
+    ``auto`` takes the framework default (``default_loss``). ``standard`` is read per framework: eager
+    (``standard_loss_kind``: ``standard``, the fp32-upcast cross-entropy of transformers, torchtune and torchtitan;
+    ``megatron`` for nemo) or under ``training.compile`` (``compiled_loss_kind``): ``standard_compiled`` where the
+    upcast is inside the compiled graph (transformers computes the loss inside the compiled model's forward since
+    4.46; torchtitan compiles ``cross_entropy_loss`` with its ``.float()`` from 2025,
+    torchtitan/components/loss.py build_cross_entropy_loss), ``standard`` for torchtune, whose compile_loss receives
+    logits the eager model already upcast (the Llama-3.2-3B ladder's "+ Compile" rung drops 9.0 GiB, what the fused
+    layers alone account for, 8.75 GiB: no saving of the compiled loss is visible). ``standard_16bit`` is a
+    cross-entropy on 16-bit logits (Qwen-1's remote modelling code), ``standard_held`` the fp32 one with the logits
+    held through backward (torchtune before July 2024); a chunked loss under compile is
+    ``chunked_compiled`` (torchtune compile_loss compiles the per-chunk upcast + cross-entropy only).
     """
     loss = job.loss
     if loss is Loss.auto:
         loss = Loss(consts["default_loss"][job.framework.value])
-    kind = consts["standard_loss_kind"][job.framework.value] if loss is Loss.standard else loss.value
+    if loss is Loss.standard:
+        table = "compiled_loss_kind" if job.compile else "standard_loss_kind"
+        return consts[table][job.framework.value]
     if loss is Loss.chunked and job.compile:
-        kind = "chunked_compiled"  # torchtune compile_loss compiles the per-chunk upcast + cross-entropy only
+        return "chunked_compiled"
+    return loss.value
+
+
+def logits_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """Output-layer logits and cross-entropy buffers at their peak: T x V x c_loss / t (bytes, (n,)).
+
+    c_loss (calibration ``logits_bytes_per_vocab_token``, key from :func:`loss_kind`) is the larger of the loss
+    path's two moments, both of which coincide with every activation of the micro-batch being alive: the end of
+    the forward pass and the start of the backward pass. Counted per logit (one vocabulary entry of one token)
+    from the tensors autograd and the caller hold, not fitted:
+
+    standard (12): transformers' ``ForCausalLMLoss`` (src/transformers/loss/loss_utils.py, 4.46 to 5.x: "logits =
+    logits.float()" then ``nn.functional.cross_entropy``; before 4.46 the same ``logits.float()`` sat in
+    ``LlamaForCausalLM.forward``), torchtitan (``cross_entropy_loss``: ``pred.flatten(0, 1).float()``) and torchtune
+    (TransformerDecoder returns ``self.output(h).float()``). Forward end: bf16 logits 2 + fp32 upcast 4 + fp32
+    log-softmax output 4 = 10 (14 in transformers 4.46-4.47, whose loss also made a shifted fp32 copy,
+    ``logits[..., :-1, :].contiguous()``). Backward start: the caller has dropped the model output (Trainer's
+    compute_loss returns only the loss; torchtitan ``del pred``) and the upcast (its backward saves no tensor), so
+    what is live is the saved fp32 log-softmax 4 + the fp32 gradient nll_loss hands to it 4 + the fp32 gradient
+    log_softmax_backward returns 4 = 12. Peak 12.
+    standard_held (16): standard in a loop that still holds the (shifted, fp32) logits when backward starts: + 4
+    (torchtune recipes until PR #1235, 2024-07-28, which added ``del logits`` "otherwise it peaks backward memory").
+    standard_16bit (6): a cross-entropy on 16-bit logits with a shifted copy (Qwen-1's modeling_qwen.py,
+    ``shift_logits = lm_logits[..., :-1, :].contiguous()`` then ``CrossEntropyLoss``, no upcast; DeepSpeed runs no
+    autocast): forward 2 + 2 + 2 (logits, shifted copy, log-softmax), backward 2 + 2 + 2 (saved log-softmax, the two
+    gradients) = 6.
+    standard_compiled (4): the upcast and cross-entropy in one compiled graph; Inductor fuses upcast, log-softmax
+    and nll_loss, saves its bf16 input (2) and per-token statistics, and writes the bf16 gradient (2) in one fused
+    backward kernel: 2 + 2 = 4.
+    megatron (6): nemo's vocabulary-parallel loss, the former fitted bf16 value, not re-derived (no nemo memory case).
+    chunked (6.5) and chunked_compiled (2.25): torchtune ``CEWithChunkedOutputLoss`` (8 chunks) eager: bf16 logits 2
+    + every chunk's saved fp32 log-softmax 4 + the chunk being upcast 4/8; compiled (compile_loss compiles the
+    per-chunk upcast + cross-entropy: "we only compile the upcast + cross-entropy calculation, not the chunking",
+    torchtune/training/_compile.py): the bf16 logits 2 + one chunk's bf16 gradient 2/8. fused (0.5): Liger / CCE
+    fused linear-cross-entropy, about 0. With tensor parallelism the logits stay sharded over the vocabulary
+    (torchtitan loss_parallel; Megatron's vocabulary-parallel loss), hence / t.
+    """
     tokens = _f(cfg.micro_batch * job.seq_len)
-    return _i64(tokens * job.arch.vocab * float(consts["logits_bytes_per_vocab_token"][kind]) / cfg.tp)
+    per_logit = float(consts["logits_bytes_per_vocab_token"][loss_kind(job, consts)])
+    return _i64(tokens * job.arch.vocab * per_logit / cfg.tp)
