@@ -1,4 +1,4 @@
-"""Accuracy of the memory model on ../shared/reference/memory_cases.yaml (41 published cases with sources).
+"""Accuracy of the memory model on ../shared/reference/memory_cases.yaml and memory_cases_2.yaml (54 published cases).
 
 Every case's ``scenario`` mapping, saved as a file, must be accepted by ``ftopt estimate`` as written, and so must
 the same scenario with the settings its notes state (NOTE_SETTINGS: torch.compile, activation offloading, the
@@ -33,7 +33,7 @@ MEMORY_KEYS = {"weights", "gradients", "optimizer", "activations", "logits", "ov
                "cpu_offload"}  # fmt: skip
 
 # case id -> why the prediction is still off by more than 25% with the note settings applied (evidence in
-# docs/memory-model.md section 5, "Where the model misses, and why")
+# docs/memory-model.md section 5.4, "Where the model misses, and why")
 KNOWN_GAPS = {
     "mem-tt-llama2-7b-qlora-4090-alpaca": "reserved peak set at start-up: the same run's QLoRA tutorial table "
     "(pytorch/torchtune:docs/source/tutorials/qlora_finetune.rst) gives 9.13 GB reserved after model init and 9.29 GB "
