@@ -15,20 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.memory_loso import linear_terms, loso, overall_median  # noqa: E402
+from tests.memory_loso import linear_terms, loso, per_source_table  # noqa: E402
 
 
 def main() -> None:
     cases = linear_terms()
     folds = loso(cases)
-    print("| left-out source | cases | context (GiB) | fragmentation | median abs error | worst abs error |")
-    print("|---|---|---|---|---|---|")
-    for f in folds:
-        print(f"| {f.source} | {len(f.errors)} | {f.constants['context_gib']:.2f} | {f.constants['fragmentation']:.2f} "
-              f"| {f.median:.1%} | {f.worst:.1%} |")  # fmt: skip
-    n = sum(len(f.errors) for f in folds)
-    print(f"| **all (each case in its fold)** | {n} | | | {overall_median(folds):.1%} | "
-          f"{max(f.worst for f in folds):.1%} |")  # fmt: skip
+    print("\n".join(per_source_table(folds)))
     print()
     by_id = {c.result.id: c.result for c in cases}
     print("| case | source | counter | measured | LOSO error |")

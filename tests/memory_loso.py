@@ -119,3 +119,16 @@ def overall_median(folds: list[Fold]) -> float:
 def loso_ratios(folds: list[Fold]) -> list[float]:
     """measured / predicted of every case under leave-one-source-out (for uncertainty bands)."""
     return [1.0 / (1.0 + e) for f in folds for e in f.errors.values()]
+
+
+def per_source_table(folds: list[Fold]) -> list[str]:
+    """The markdown table of docs/memory-model.md section 5.1: one row per left-out source, then all cases."""
+    rows = ["| left-out source | cases | context (GiB) | fragmentation | median abs error | worst abs error |",
+            "|---|---|---|---|---|---|"]  # fmt: skip
+    for f in folds:
+        rows.append(f"| {f.source} | {len(f.errors)} | {f.constants['context_gib']:.2f} "
+                    f"| {f.constants['fragmentation']:.2f} | {f.median:.1%} | {f.worst:.1%} |")  # fmt: skip
+    n = sum(len(f.errors) for f in folds)
+    rows.append(f"| **all (each case in its fold)** | {n} | | | {overall_median(folds):.1%} "
+                f"| {max(f.worst for f in folds):.1%} |")  # fmt: skip
+    return rows

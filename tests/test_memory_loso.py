@@ -13,7 +13,17 @@ from dataclasses import replace
 import pytest
 
 from optimizer.catalog import load_catalog
-from tests.memory_loso import CONTEXT_GRID_GIB, FRAGMENTATION_GRID, fit, linear_terms, loso, overall_median, predict
+from tests.conftest import REPO
+from tests.memory_loso import (
+    CONTEXT_GRID_GIB,
+    FRAGMENTATION_GRID,
+    fit,
+    linear_terms,
+    loso,
+    overall_median,
+    per_source_table,
+    predict,
+)
 from tests.memory_reference_cases import evaluate_all
 
 CASES = linear_terms()
@@ -65,3 +75,10 @@ def test_fit_recovers_constants_that_generated_the_measurements():
     assert truth["context_gib"] in CONTEXT_GRID_GIB and truth["fragmentation"] in FRAGMENTATION_GRID
     synthetic = [replace(c, result=replace(c.result, measured=predict(c, truth))) for c in CASES]
     assert fit(synthetic) == truth
+
+
+def test_docs_show_the_current_leave_one_source_out_table():
+    # docs/memory-model.md section 5.1 must carry what bench/memory_loso.py prints today
+    doc = (REPO / "docs" / "memory-model.md").read_text()
+    missing = [row for row in per_source_table(FOLDS) if row not in doc]
+    assert not missing, f"regenerate docs/memory-model.md section 5.1 with python bench/memory_loso.py: {missing}"
