@@ -8,6 +8,7 @@ zero3_gathered_bytes (their docstrings cite the framework lines).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from optimizer.models import activations, memory
@@ -134,3 +135,17 @@ def test_fsdp_without_pipeline_gathers_units_only():
     assert _one(memory.zero3_gathered_bytes, _fsdp_full_7b(), c_pp1) < _one(
         memory.zero3_gathered_bytes, _fsdp_full_7b(), c_pp2
     ) / 10
+
+
+@pytest.mark.parametrize("checkpointing", ["none", "full"])
+def test_new_terms_vectorised_equal_a_loop_of_scalar_calls(checkpointing):
+    # five rows mixing tp, pp, dp, stage and accumulation, evaluated at once and one by one
+    tp, pp, dp, zero, ga = [1, 2, 1, 1, 2], [1, 1, 2, 1, 1], [8, 4, 4, 1, 2], [3, 3, 3, 0, 2], [1, 1, 8, 1, 1]
+    rows = cfg(n=5, tp=np.array(tp), pp=np.array(pp), dp=np.array(dp), zero=np.array(zero), grad_accum=np.array(ga),
+               checkpointing=checkpointing)  # fmt: skip
+    j = _fsdp_full_7b()
+    for fn in (memory.fsdp_gradient_pool_bytes, memory.zero3_gathered_bytes, activations.logits_bytes):
+        vector = fn(j, rows, consts())
+        one_by_one = [_one(fn, j, cfg(tp=t, pp=p, dp=d, zero=z, grad_accum=g, checkpointing=checkpointing))
+                      for t, p, d, z, g in zip(tp, pp, dp, zero, ga, strict=True)]  # fmt: skip
+        assert vector.tolist() == one_by_one, fn.__name__

@@ -268,7 +268,7 @@ def zero3_gathered_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> n
     fsdp = (float(consts["fsdp_live_units"]) * w + grad_unit) * max(a.layer_params, a.vocab * a.hidden)
     g16 = _state_bytes(job, cfg, consts)["grad16"] if job.method is Method.full else np.zeros(len(cfg))
     stage = (w + g16) * a.total_params / _f(cfg.pp)  # a whole pipeline stage, unsharded, with accumulated grads
-    fsdp = np.where(cfg.pp > 1, np.maximum(fsdp, stage), fsdp)
+    fsdp = np.where((cfg.pp > 1) & _uses_fsdp(job, cfg), np.maximum(fsdp, stage), fsdp)
     gathered = np.where(_uses_deepspeed(job, cfg), ds, fsdp) / _f(cfg.tp)
     return _i64(np.where(cfg.zero_stage >= 3, gathered, 0.0))
 
@@ -290,7 +290,11 @@ def fsdp_gradient_pool_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) 
     """
     in_flight = activation_bytes(job, cfg, consts) + logits_bytes(job, cfg, consts)
     in_flight = in_flight + output_gradient_bytes(job, cfg, consts)
-    grads = gradient_bytes(job, cfg, consts)
+    return _gradient_pool(job, cfg, gradient_bytes(job, cfg, consts), in_flight)
+
+
+def _gradient_pool(job: Job, cfg: Configs, grads: np.ndarray, in_flight: np.ndarray) -> np.ndarray:
+    """min(G, A + LOG + G_out) on FSDP rows with transient sharded gradients, else 0 (int64 (n,))."""
     rows = _uses_fsdp(job, cfg) & (cfg.zero_stage >= 2) & (cfg.grad_accum <= 1)
     return _i64(np.where(rows, np.minimum(grads, in_flight), 0.0))
 
@@ -376,7 +380,7 @@ def breakdown(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> dict[str, np
     parts["gradients"] = np.where(transient, np.maximum(grads, in_flight) - in_flight + first, grads)
     inside = buffer_bytes(job, cfg, consts) + zero3_gathered_bytes(job, cfg, consts)
     dynamic = parts["activations"] + parts["logits"] + inside  # allocated and freed every micro-batch
-    pool = fsdp_gradient_pool_bytes(job, cfg, consts)  # sharded gradients kept reserved in their stream's pool
+    pool = _gradient_pool(job, cfg, grads, in_flight)  # sharded gradients kept reserved in their stream's pool
     parts["fragmentation"] = _i64(dynamic * float(consts["fragmentation"])) + pool
     parts["context"] = np.full(len(cfg), int(consts["context_bytes"]), dtype=np.int64)
     parts["overhead"] = inside + parts["fragmentation"] + parts["context"]
