@@ -21,7 +21,8 @@ squared log errors never grows: sum (x_i - w m)^2 = sum x_i^2 - (2w - w^2) n m^2
 
 Band of a calibrated group: the shipped held-out ratios (calibration.yaml ``accuracy``) pulled toward 1 in log terms
 by s = sqrt(k / (n + k)), the ratio of the posterior to the prior standard deviation in the model above (a
-heuristic for the spread that is left), widened where needed to cover the group's own residuals after the fit.
+heuristic for the spread that is left), widened where needed to the 10th-90th percentile of the group's own
+residuals after the fit.
 Groups without measurements keep the shipped band.
 
 Measurements that inform nothing are reported and skipped: boundary observations (fits / oom), memory measured
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from optimizer.atomic import write_atomic
@@ -179,12 +181,16 @@ def _fit(logs: list[float], k: float, cap: float) -> float:
 
 
 def _band(shipped: dict[str, Any] | None, n: int, k: float, residuals: list[float]) -> Band | None:
-    """The shipped band pulled toward 1 by sqrt(k / (n + k)), widened to the group's own residual ratios."""
+    """The shipped band pulled toward 1 by sqrt(k / (n + k)), widened to the group's own residual ratios.
+
+    The own spread is the 10th-90th percentile of the log residuals (numpy's linear interpolation).
+    """
     if not shipped:
         return None
     s = math.sqrt(k / (n + k))
-    low = min(math.exp(s * math.log(float(shipped["ratio_p10"]))), *(math.exp(r) for r in residuals))
-    high = max(math.exp(s * math.log(float(shipped["ratio_p90"]))), *(math.exp(r) for r in residuals))
+    own = np.exp(np.quantile(np.asarray(residuals), [0.1, 0.9]))
+    low = min(math.exp(s * math.log(float(shipped["ratio_p10"]))), float(own[0]))
+    high = max(math.exp(s * math.log(float(shipped["ratio_p90"]))), float(own[1]))
     return Band(cases=int(shipped["cases"]), ratio_p10=round(low, 3), ratio_p90=round(high, 3))
 
 

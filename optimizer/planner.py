@@ -22,7 +22,7 @@ from optimizer.models.engines import engine_key
 from optimizer.models.uncertainty import band
 from optimizer.overlay import LoadedOverlay, group_accuracy, load_overlay, usage
 from optimizer.schema import Budget, Objective, PlanPins, Scenario, Status
-from optimizer.schema_plan import CostReport, Estimate, MemoryReport, Plan, TimeReport
+from optimizer.schema_plan import CalibrationUse, CostReport, Estimate, MemoryReport, Plan, TimeReport
 from optimizer.solver import Limits, Outcome, SolverSettings, limits_from, solve
 from optimizer.space import MAX_JOB_HOURS, Space, bill_rows, build, enumerate_all, report_currency
 from optimizer.yamlio import validate, validate_value
@@ -159,7 +159,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         loaded.memory_group(engine, space.job.method.value),
     )  # fmt: skip
     if loaded is not None:
-        est = est.model_copy(update={"calibration": usage(loaded, *groups)})
+        est = est.model_copy(update={"calibration": CalibrationUse.model_validate(usage(loaded, *groups))})
     if space.accuracy:  # validated on load (schema_catalog.Accuracy): both models or none
         oi = int(c.offer_idx[i])
         accuracy = group_accuracy(space.accuracy, loaded, *groups)

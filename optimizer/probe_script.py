@@ -148,8 +148,10 @@ def fsdp_args(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def checkpointing_args(on: bool) -> dict[str, Any]:
-    """Activation checkpointing for TrainingArguments: ``activation_checkpointing`` where transformers has it (v5),
-    else the older ``gradient_checkpointing`` name."""
+    """Activation checkpointing for TrainingArguments, by the name this transformers version has.
+
+    ``activation_checkpointing`` in transformers 5, ``gradient_checkpointing`` before.
+    """
     import dataclasses
 
     import transformers
@@ -221,7 +223,8 @@ def train(cfg: dict[str, Any], device: str, warmup: int, steps: int) -> tuple[An
             max_steps=warmup + steps, learning_rate=1e-5, optim=optim, report_to=[], save_strategy="no",
             logging_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0, use_cpu=device == "cpu",
             bf16=cfg["precision"] == "bf16" and device != "cpu", fp16=cfg["precision"] == "fp16" and device != "cpu",
-            **checkpointing_args(cfg["checkpointing"] != "none"), deepspeed=ds_config(cfg) if device != "cpu" else None, **(fsdp_args(cfg) if device != "cpu" else {}),
+            **checkpointing_args(cfg["checkpointing"] != "none"),
+            deepspeed=ds_config(cfg) if device != "cpu" else None, **(fsdp_args(cfg) if device != "cpu" else {}),
         )  # fmt: skip
         timer = make_timer(device == "cuda")
         trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[timer])
