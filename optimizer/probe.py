@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-from optimizer import probe_script
 from optimizer.atomic import write_atomic
 from optimizer.calibrate import scenario_document
 from optimizer.errors import InputError
@@ -43,6 +42,7 @@ from optimizer.schema_plan import Estimate, Plan
 DEFAULT_STEPS = 20
 DEFAULT_WARMUP = 5
 TIME_ERROR = 0.10  # the time error whose price is shown ("a 10% time error on this plan is worth ...")
+SCRIPT = Path(__file__).with_name("probe_script.py")  # copied out as DIR/probe.py, never imported here
 EXCLUDED = ("name", "budget", "deadline_hours", "allow", "objective", "plan", "calibration")
 
 
@@ -202,6 +202,6 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
            "attention": training.get("attention", "flash"), "warmup": warmup, "steps": steps}  # fmt: skip
     out = Path(out_dir)
     write_atomic(out / "probe_config.json", json.dumps(cfg, indent=2, sort_keys=False) + "\n")
-    write_atomic(out / "probe.py", Path(probe_script.__file__).read_text(encoding="utf-8"))
+    write_atomic(out / "probe.py", SCRIPT.read_text(encoding="utf-8"))
     worth = time_error_worth(path, best, ov)
     return Probe(str(path), best, trial, steps, warmup, str(out), worth, notes, _packages(cfg))
