@@ -25,8 +25,10 @@ heuristic for the spread that is left), widened where needed to the 10th-90th pe
 residuals after the fit.
 Groups without measurements keep the shipped band.
 
-Measurements that inform nothing are reported and skipped: boundary observations (fits / oom), memory measured
-per GPU with no peak, throughput given only as model TFLOP/s (counting conventions differ) or wall minutes.
+Measurements that inform nothing are reported and skipped: boundary observations (fits / oom), throughput given
+only as model TFLOP/s (counting conventions differ) or wall minutes, CPU smoke runs (``environment.device: cpu``),
+and figures more than 10x away from the prediction either way (OUTLIER: the scenario cannot describe the run;
+the published cases are all within 2.5x).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from optimizer.yamlio import validate
 
 DEFAULT_PRIOR_WEIGHT = 1.0
 DEFAULT_MAX_FACTOR = 2.0
+OUTLIER = 10.0  # a measurement off by more than this factor either way describes another configuration
 UNKNOWN_METRIC = {"torchtune": "allocated", "hf": "nvidia-smi", "nemo": "nvidia-smi"}
 UNKNOWN_METRIC_BY_UNIT = {("torchtune", "GB"): "reserved"}
 
@@ -96,11 +99,12 @@ class Row:
     before: float | None
     after: float | None = None
     note: str = ""
+    excluded: bool = False  # measured and predicted, but too far apart to be the same configuration
 
     @property
     def used(self) -> bool:
         """Whether the measurement entered the fit."""
-        return self.measured is not None and self.before is not None
+        return self.measured is not None and self.before is not None and not self.excluded
 
     @staticmethod
     def error(predicted: float | None, measured: float | None) -> float | None:
@@ -173,6 +177,16 @@ def memory_pair(case: Case, pred: Prediction) -> tuple[float | None, float | Non
     return peak, pred.peaks[metric], ""
 
 
+def _screen(row: Row) -> Row:
+    """Exclude a row whose measured and predicted figures differ by more than OUTLIER either way."""
+    if row.measured is None or row.before is None or 1 / OUTLIER <= row.before / row.measured <= OUTLIER:
+        return row
+    row.excluded = True
+    row.note = (f"not used: predicted/measured = {row.before / row.measured:.3g}, beyond x{OUTLIER:g} either way; "
+                "check that the scenario describes the run (GPU, cards, micro-batch, model)")
+    return row
+
+
 def _fit(logs: list[float], k: float, cap: float) -> float:
     """exp(clip(n mean / (n + k), +-ln cap)), rounded to 4 decimals (see the module docstring)."""
     n = len(logs)
@@ -225,11 +239,11 @@ def fit_overlay(cases: list[tuple[Case, str]], workdir: Path, k: float, cap: flo
     for case, file in cases:
         pred = predict(case, workdir, label=file)
         measured, before, note = time_pair(case, pred)
-        time_rows.append((Row(case.id, file, "time", _group_label(pred.time_key), measured, before, note=note),
-                          pred.time_key))  # fmt: skip
+        row = _screen(Row(case.id, file, "time", _group_label(pred.time_key), measured, before, note=note))
+        time_rows.append((row, pred.time_key))
         measured, before, note = memory_pair(case, pred)
-        mem_rows.append((Row(case.id, file, "memory", _group_label(pred.memory_key), measured, before, note=note),
-                         pred.memory_key))  # fmt: skip
+        row = _screen(Row(case.id, file, "memory", _group_label(pred.memory_key), measured, before, note=note))
+        mem_rows.append((row, pred.memory_key))
         used = [m for m, (r, _) in (("time", time_rows[-1]), ("memory", mem_rows[-1])) if r.used]
         refs.append(MeasurementRef(id=case.id, file=file, used=used))
     accuracy = load_catalog().calibration.get("accuracy", {})
