@@ -73,12 +73,19 @@ def test_factor_is_the_shrunk_geometric_mean(tmp_path: Path):
                                                                                        "bf16")
 
 
-@pytest.mark.parametrize(("ratio", "factor"), [(1.44, 1.2), (10.0, 2.0), (0.01, 0.5)])
+@pytest.mark.parametrize(("ratio", "factor"), [(1.44, 1.2), (6.0, 2.0), (0.15, 0.5)])
 def test_a_single_measurement_moves_its_group_at_most_half_way_and_within_the_cap(tmp_path: Path, ratio, factor):
-    # prior weight 1: one measurement gives sqrt(ratio) (1.44 -> 1.2), capped to [1/2, 2] (10 -> 2, 0.01 -> 0.5)
+    # prior weight 1: one measurement gives sqrt(ratio) (1.44 -> 1.2), capped to [1/2, 2] (6 -> 2, 0.15 -> 0.5)
     case = _synthetic(THROUGHPUT[TT_A100_FIT[0]], ratio, tmp_path)
     (group,) = calibrate([_write(tmp_path, "one.yaml", [case])]).overlay.time
     assert group.factor == pytest.approx(factor, abs=1e-4)
+
+
+def test_a_measurement_twenty_times_off_is_reported_and_not_fitted(tmp_path: Path):
+    case = _synthetic(THROUGHPUT[TT_A100_FIT[0]], 20.0, tmp_path)
+    result = calibrate([_write(tmp_path, "far.yaml", [case])])
+    (row,) = [r for r in result.rows if r.model == "time"]
+    assert result.overlay.time == [] and not row.used and "beyond x10 either way" in row.note
 
 
 def test_a_stronger_prior_moves_less(tmp_path: Path):
