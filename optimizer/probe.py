@@ -75,7 +75,7 @@ class Probe:
             f"{p.checkpointing.value} checkpointing, {p.precision.value}; "
             f"{self.plan.cost.total:,.2f} {self.plan.cost.currency}",
             f"probe: {t.plan.cards} x {t.plan.gpu} for {minutes:,.0f} min ({self.warmup} warm-up + {self.steps} "
-            f"measured steps of {t.time.step_seconds:.2f} s), {t.cost.total:,.2f} {cur} billed by the hour; "
+            f"measured steps of {t.time.step_seconds:.2f} s), {t.cost.total:,.2f} {cur} at the hourly price; "
             f"a {TIME_ERROR:.0%} time error on this plan is worth {self.worth:,.2f} {self.plan.cost.currency}",
         ]
         if band is not None:
