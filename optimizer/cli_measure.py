@@ -28,10 +28,10 @@ Examples:
 @click.argument("measurements", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the calibration overlay here.")
 @click.option("--scenario", type=click.Path(), help="The scenario (pinned plan) that produced imported logs.")
-@click.option("--prior-weight", type=float, default=DEFAULT_PRIOR_WEIGHT, show_default=True,
-              help="Shrinkage: the shipped model counts as this many measurements.")
-@click.option("--max-factor", type=float, default=DEFAULT_MAX_FACTOR, show_default=True,
-              help="No group moves by more than this factor either way.")
+@click.option("--prior-weight", type=click.FloatRange(0, 1000, min_open=True), default=DEFAULT_PRIOR_WEIGHT,
+              show_default=True, help="Shrinkage: the shipped model counts as this many measurements.")
+@click.option("--max-factor", type=click.FloatRange(1, 100, min_open=True), default=DEFAULT_MAX_FACTOR,
+              show_default=True, help="No group moves by more than this factor either way.")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-measurement errors and the overlay as JSON.")
 def calibrate_command(measurements: tuple[str, ...], output: str | None, scenario: str | None, prior_weight: float,
                       max_factor: float, as_json: bool) -> None:  # fmt: skip
