@@ -167,8 +167,9 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", help="Process pool or Ray.")
 @click.option("--address", help="Ray cluster address (default: start a local Ray).")
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT limit per solve (s).")
+@calibration_option
 def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, backend: str, address: str | None,
-          time_limit: float) -> None:  # fmt: skip
+          time_limit: float, calibration: str | None) -> None:  # fmt: skip
     """Solve every scenario in SCENARIOS (files, folders, globs); one result row per scenario."""
     from optimizer.batch import Backend, expand, output_format, run_batch
 
@@ -178,7 +179,7 @@ def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, b
     err = Console(stderr=True)
     with report_batch.batch_progress(err) as (on_start, on_row):
         summary = run_batch(paths, output, workers, Backend(backend), address, SolverSettings(time_limit_s=time_limit),
-                            on_start, on_row)  # fmt: skip
+                            on_start, on_row, calibration)  # fmt: skip
     report_batch.print_batch_summary(summary, output, report.console() if output is None else err)
     if summary.interrupted:
         sys.exit(130)

@@ -250,3 +250,17 @@ def test_calibrate_cli_reports_before_and_after_as_json(run_cli, tmp_path: Path)
 def test_calibrate_cli_needs_a_scenario_for_logs(run_cli):
     result = run_cli("calibrate", REFERENCE.parent / "measurements" / "trainer_state.json")
     assert result.exit_code == 2 and "pass --scenario FILE" in result.stderr
+
+
+def test_batch_applies_the_overlay_to_every_scenario(run_cli, write_scenario, overlay_7b, tmp_path: Path):
+    # the overlay only slows ada x hf_deepspeed x lora x bf16 down (x1.25): the optimum cannot get cheaper, and the
+    # plan on the RTX 4090 the shipped model picks must change (slower, or another GPU)
+    path = write_scenario()
+    rows = {}
+    for name, extra in (("plain", ()), ("calibrated", ("--calibration", overlay_7b))):
+        out = tmp_path / f"{name}.jsonl"
+        assert run_cli("batch", path, "-o", out, "--workers", "1", *extra).exit_code == 0
+        rows[name] = json.loads(out.read_text())
+    plain, cal = rows["plain"], rows["calibrated"]
+    assert plain["gpu"] == "RTX-4090"
+    assert cal["cost"] >= plain["cost"] and (cal["hours"], cal["gpu"]) != (plain["hours"], plain["gpu"])
