@@ -22,7 +22,8 @@ squared log errors never grows: sum (x_i - w m)^2 = sum x_i^2 - (2w - w^2) n m^2
 Band of a calibrated group: the shipped held-out ratios (calibration.yaml ``accuracy``) pulled toward 1 in log terms
 by s = sqrt(k / (n + k)), the ratio of the posterior to the prior standard deviation in the model above (a
 heuristic for the spread that is left), widened where needed to the 10th-90th percentile of the group's own
-residuals after the fit.
+leave-one-out residuals (each measurement against the factor fitted on the others; a lone measurement against its
+own factor), which is how far a measurement of one configuration carries to another in that group.
 Groups without measurements keep the shipped band.
 
 Measurements that inform nothing are reported and skipped: boundary observations (fits / oom), throughput given
@@ -224,7 +225,9 @@ def _groups(rows: list[tuple[Row, tuple[str, ...]]], k: float, cap: float, shipp
         members = by_key[key]
         logs = [math.log(ratio_of(r)) for r in members]
         factor = _fit(logs, k, cap)
-        residuals = [x - math.log(factor) for x in logs]
+        # each measurement against the factor fitted without it (in-sample when it is alone in its group)
+        residuals = [x - math.log(_fit(logs[:i] + logs[i + 1 :], k, cap) if len(logs) > 1 else factor)
+                     for i, x in enumerate(logs)]  # fmt: skip
         out.append({"key": key, "factor": factor, "n": len(logs), "mean_log_ratio": round(sum(logs) / len(logs), 6),
                     "measurements": [r.id for r in members],
                     "band": _band(shipped, len(logs), k, residuals)})  # fmt: skip
