@@ -215,6 +215,8 @@ def train(cfg: dict[str, Any], device: str, warmup: int, steps: int) -> tuple[An
     if device == "cpu" and ("bnb" in optim or "8bit" in optim):
         notes.append(f"optimizer {cfg['optimizer']} needs bitsandbytes on CUDA; adamw_torch on the CPU")
         optim = "adamw_torch"
+    if cfg["method"] == "qlora" and device == "cpu":
+        notes.append("bitsandbytes NF4 needs CUDA: the CPU run keeps the base in fp32 (LoRA over an unquantised base)")
     if cfg["checkpointing"] == "selective":
         notes.append("HF Trainer has no selective checkpointing; full checkpointing ran")
     with tempfile.TemporaryDirectory(prefix="probe-run-") as out_dir:

@@ -35,12 +35,22 @@ def _ftopt(*args: str | Path) -> subprocess.CompletedProcess:
     return _run("-c", "from optimizer.cli import main; main()", *args)
 
 
-@pytest.fixture(scope="module")
-def tiny_measurement(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("probe")
-    _ftopt("probe", SCENARIO, "--out", out, "--steps", "2", "--warmup", "1")
+def _tiny_probe(scenario: Path, out: Path) -> Path:
+    _ftopt("probe", scenario, "--out", out, "--steps", "2", "--warmup", "1")
     _run(out / "probe.py", "--tiny", "--steps", "2", "--warmup", "1", cwd=out)
     return out / "measurement.yaml"
+
+
+@pytest.fixture(scope="module")
+def tiny_measurement(tmp_path_factory) -> Path:
+    return _tiny_probe(SCENARIO, tmp_path_factory.mktemp("probe"))
+
+
+@pytest.mark.parametrize("name", ["7b-full.yaml", "7b-qlora.yaml"])
+def test_probe_tiny_runs_full_and_qlora_plans_too(name: str, tmp_path: Path):
+    (case,) = yaml.safe_load(_tiny_probe(REPO / "scenarios" / name, tmp_path).read_text())["cases"]
+    planned = yaml.safe_load((REPO / "scenarios" / name).read_text())["method"]
+    assert case["scenario"]["method"] == planned and case["measured"]["tokens_per_second_per_gpu"] > 0
 
 
 def test_probe_tiny_writes_a_measurement_in_the_case_schema(tiny_measurement: Path):
