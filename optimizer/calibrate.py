@@ -26,7 +26,8 @@ leave-one-out residuals (each measurement against the factor fitted on the other
 own factor), which is how far a measurement of one configuration carries to another in that group.
 Groups without measurements keep the shipped band.
 
-Measurements that inform nothing are reported and skipped: boundary observations (fits / oom), throughput given
+Measurements that inform nothing are reported and skipped: those the catalog cannot evaluate (the error is shown),
+boundary observations (fits / oom), throughput given
 only as model TFLOP/s (counting conventions differ) or wall minutes, CPU smoke runs (``environment.device: cpu``),
 and figures more than 10x away from the prediction either way (OUTLIER: the scenario cannot describe the run;
 the published cases are all within 2.5x).
@@ -240,7 +241,12 @@ def fit_overlay(cases: list[tuple[Case, str]], workdir: Path, k: float, cap: flo
     mem_rows: list[tuple[Row, tuple[str, ...]]] = []
     refs = []
     for case, file in cases:
-        pred = predict(case, workdir, label=file)
+        try:
+            pred = predict(case, workdir, label=file)
+        except InputError as exc:  # e.g. more cards than any offer rents: reported, the others are still fitted
+            time_rows.append((Row(case.id, file, "-", "-", None, None, note=f"not used: {exc}"), ("-",)))
+            refs.append(MeasurementRef(id=case.id, file=file, used=[]))
+            continue
         measured, before, note = time_pair(case, pred)
         row = _screen(Row(case.id, file, "time", _group_label(pred.time_key), measured, before, note=note))
         time_rows.append((row, pred.time_key))

@@ -265,3 +265,13 @@ def test_batch_applies_the_overlay_to_every_scenario(run_cli, write_scenario, ov
     plain, cal = rows["plain"], rows["calibrated"]
     assert plain["gpu"] == "RTX-4090"
     assert cal["cost"] >= plain["cost"] and (cal["hours"], cal["gpu"]) != (plain["hours"], plain["gpu"])
+
+
+def test_a_measurement_the_catalog_cannot_evaluate_is_reported_and_the_rest_fitted(tmp_path: Path):
+    huge = THROUGHPUT[TT_A100_FIT[0]]
+    scenario = {**huge.scenario, "plan": {**huge.scenario["plan"], "cards": 100_000}}
+    cases = [huge.model_copy(update={"id": "too-big", "scenario": scenario}), THROUGHPUT[TT_A100_FIT[1]]]
+    result = calibrate([_write(tmp_path, "mixed.yaml", cases)])
+    (skipped,) = [r for r in result.rows if r.id == "too-big"]
+    assert not skipped.used and skipped.note.startswith("not used: ") and "plan.cards" in skipped.note
+    assert [g.n for g in result.overlay.time] == [1]
