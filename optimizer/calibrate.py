@@ -283,12 +283,14 @@ def _after(result: Result, cases: list[tuple[Case, str]], workdir: Path) -> None
     file = workdir / "overlay.yaml"
     file.write_text(dump_overlay(result.overlay), encoding="utf-8")
     by_id = {c.id: c for c, _ in cases}
+    preds: dict[str, Prediction] = {}
     for row in result.rows:
         if not row.used:
             continue
         case = by_id[row.id]
-        pred = predict(case, workdir, file, row.file)
-        row.after = (time_pair if row.model == "time" else memory_pair)(case, pred)[1]
+        if row.id not in preds:
+            preds[row.id] = predict(case, workdir, file, row.file)
+        row.after = (time_pair if row.model == "time" else memory_pair)(case, preds[row.id])[1]
 
 
 def scenario_document(path: str | Path) -> dict[str, Any]:

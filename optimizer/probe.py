@@ -67,6 +67,7 @@ class Probe:
         assert self.plan.cost is not None
         minutes = t.time.hours * 60.0
         cur = t.cost.currency
+        billing = "at the hourly price" if t.plan.term in ("hour", "minute", "second") else f"billed by {t.plan.term}"
         launch = "python" if t.plan.cards == 1 else f"torchrun --nproc_per_node {t.plan.cards}"
         band = self.plan.uncertainty
         out = [
@@ -75,7 +76,7 @@ class Probe:
             f"{p.checkpointing.value} checkpointing, {p.precision.value}; "
             f"{self.plan.cost.total:,.2f} {self.plan.cost.currency}",
             f"probe: {t.plan.cards} x {t.plan.gpu} for {minutes:,.0f} min ({self.warmup} warm-up + {self.steps} "
-            f"measured steps of {t.time.step_seconds:.2f} s), {t.cost.total:,.2f} {cur} at the hourly price; "
+            f"measured steps of {t.time.step_seconds:.2f} s), {t.cost.total:,.2f} {cur} {billing}; "
             f"a {TIME_ERROR:.0%} time error on this plan is worth {self.worth:,.2f} {self.plan.cost.currency}",
         ]
         if band is not None:
@@ -107,15 +108,20 @@ def hf_model_config(arch: ModelArch) -> dict[str, Any]:
 LAYER_CLASS = {"llama": "LlamaDecoderLayer", "qwen2": "Qwen2DecoderLayer", "mixtral": "MixtralDecoderLayer"}
 
 
-def trial_document(base: dict[str, Any], p: Plan, cards: int, tokens_steps: int) -> dict[str, Any]:
-    """The trial's scenario: the plan's per-GPU configuration on ``cards`` cards, gradient accumulation 1."""
+def trial_document(base: dict[str, Any], p: Plan, cards: int, tokens_steps: int, hourly: bool = True) -> dict[str, Any]:
+    """The trial's scenario: the plan's per-GPU configuration on ``cards`` cards, gradient accumulation 1.
+
+    Billed by the hour where the offer has an hourly price (``hourly``), else by its shortest term.
+    """
     doc = {k: v for k, v in base.items() if k not in EXCLUDED}
     doc["name"] = f"probe-{base.get('name', 'scenario')}"
     doc["global_batch"] = p.micro_batch * cards
     doc["data"] = {"tokens": float(tokens_steps * p.micro_batch * cards * base["seq_len"]), "epochs": 1}
     doc["plan"] = {"gpu": p.gpu, "offer": p.offer, "cards": cards, "tp": 1, "zero_stage": p.zero_stage,
                    "offload": p.offload.value, "micro_batch": p.micro_batch, "checkpointing": p.checkpointing.value,
-                   "precision": p.precision.value, "optimizer": p.optimizer.value, "term": "hour"}  # fmt: skip
+                   "precision": p.precision.value, "optimizer": p.optimizer.value}  # fmt: skip
+    if hourly:
+        doc["plan"]["term"] = "hour"
     return doc
 
 
@@ -125,7 +131,8 @@ def _estimate(doc: dict[str, Any], workdir: Path, ov: Overrides) -> Estimate:
     return estimate_scenario(path, {}, Overrides(calibration=ov.calibration))
 
 
-def choose_trial(base: dict[str, Any], p: Plan, per_node: int, n_steps: int, ov: Overrides) -> tuple[dict, Estimate]:
+def choose_trial(base: dict[str, Any], p: Plan, per_node: int, n_steps: int, ov: Overrides,
+                 hourly: bool = True) -> tuple[dict, Estimate]:  # fmt: skip
     """The smallest trial (see the module docstring, step 2) and its estimate."""
     if p.zero_stage == 0:
         counts = [1]
@@ -133,11 +140,11 @@ def choose_trial(base: dict[str, Any], p: Plan, per_node: int, n_steps: int, ov:
         counts = [d for d in (1, 2, 4, 8, 16, 32, 64) if d <= min(p.dp, per_node) and p.dp % d == 0] or [p.dp]
     with tempfile.TemporaryDirectory(prefix="ftopt-probe-") as tmp:
         for d in counts:
-            doc = trial_document(base, p, d, n_steps)
+            doc = trial_document(base, p, d, n_steps, hourly)
             est = _estimate(doc, Path(tmp), ov)
             if est.memory is not None and est.memory.fits:
                 return doc, est
-        doc = trial_document(base, p, p.dp, n_steps)
+        doc = trial_document(base, p, p.dp, n_steps, hourly)
         return doc, _estimate(doc, Path(tmp), ov)
 
 
@@ -179,8 +186,8 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
                          "only: pin plan.tp: 1 to probe, or import your engine's own log into ftopt calibrate")
     sc, catalog, _ = prepare(path, ov)
     base = scenario_document(path)
-    per_node = next(o.cards_per_node for o in catalog.offers if o.id == p.offer)
-    doc, trial = choose_trial(base, p, per_node, steps + warmup, ov)
+    offer = next(o for o in catalog.offers if o.id == p.offer)
+    doc, trial = choose_trial(base, p, offer.cards_per_node, steps + warmup, ov, "hour" in offer.prices)
     notes = []
     if sc.training.framework is not Framework.hf:
         doc["training"] = {**doc["training"], "framework": "hf",
