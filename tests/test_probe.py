@@ -129,3 +129,10 @@ def test_probe_cli_prints_cost_and_next_steps(run_cli, tmp_path: Path):
 def test_solve_and_probe_agree_on_the_plan(probe_7b):
     probe, _ = probe_7b
     assert probe.plan == solve_scenario(SEVEN_B).best
+
+
+def test_an_offer_without_an_hourly_price_bills_the_trial_by_its_shortest_term(write_scenario, tmp_path: Path):
+    path = write_scenario(catalog="us", plan={"offer": "aws-capacity-block-p5-h100"})
+    probe = probe_scenario(path, tmp_path / "p")
+    assert probe.trial.plan.term == "day" and probe.trial.plan.billed_units == {"day": 1}
+    assert any("billed by day" in line for line in probe.lines())
