@@ -43,7 +43,7 @@ from optimizer.atomic import write_atomic
 from optimizer.errors import FtoptError, InputError
 from optimizer.explain import explain
 from optimizer.pareto import relevant
-from optimizer.planner import load_space, named_limits, to_estimate
+from optimizer.planner import Overrides, load_space, named_limits, to_estimate
 from optimizer.solver import SolverSettings, solve
 
 DEFAULT_SETTINGS = SolverSettings()  # CP-SAT defaults: 10 s limit, 1 worker, seed 0
@@ -93,13 +93,16 @@ def expand(inputs: Iterable[str]) -> list[str]:
 # ------------------------------------------------------------------------------------------------ one scenario
 
 
-def solve_row(path: str, settings: SolverSettings = DEFAULT_SETTINGS) -> Row:
-    """Solve one scenario file into a row; never raises (failures become ``status: error`` rows)."""
+def solve_row(path: str, settings: SolverSettings = DEFAULT_SETTINGS, calibration: str | None = None) -> Row:
+    """Solve one scenario file into a row; never raises (failures become ``status: error`` rows).
+
+    ``calibration``: a calibration overlay file replacing the scenario's (optimizer/overlay.py).
+    """
     row: Row = dict.fromkeys(ROW_FIELDS)
     row["scenario"] = path
     row["name"] = Path(path).stem
     try:
-        loaded = load_space(path)
+        loaded = load_space(path, Overrides(calibration=calibration))
         sc, catalog, source, space, limits = loaded.scenario, loaded.catalog, loaded.source, loaded.space, loaded.limits
         row["name"] = sc.name
         with named_limits(source):
@@ -212,17 +215,18 @@ def _quiet_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _local_rows(paths: list[str], workers: int, settings: SolverSettings) -> Iterator[Row]:
+def _local_rows(paths: list[str], workers: int, settings: SolverSettings,
+                calibration: str | None = None) -> Iterator[Row]:  # fmt: skip
     """Rows in completion order from a process pool (in this process when ``workers`` is 1)."""
     if workers <= 1 or len(paths) <= 1:
         for p in paths:
-            yield solve_row(p, settings)
+            yield solve_row(p, settings, calibration)
         return
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
     pool = ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=ctx, initializer=_quiet_worker)
     try:
-        pending: dict[Future[Row], str] = {pool.submit(solve_row, p, settings): p for p in paths}
+        pending: dict[Future[Row], str] = {pool.submit(solve_row, p, settings, calibration): p for p in paths}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in sorted(done, key=lambda f: pending[f]):
@@ -239,14 +243,15 @@ def _local_rows(paths: list[str], workers: int, settings: SolverSettings) -> Ite
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _solve_in(cwd: str, path: str, settings: SolverSettings) -> Row:
+def _solve_in(cwd: str, path: str, settings: SolverSettings, calibration: str | None = None) -> Row:
     """Ray task body: solve from the driver's working directory so relative paths mean the same thing."""
     if os.path.isdir(cwd):
         os.chdir(cwd)
-    return solve_row(path, settings)
+    return solve_row(path, settings, calibration)
 
 
-def _ray_rows(paths: list[str], workers: int, address: str | None, settings: SolverSettings) -> Iterator[Row]:
+def _ray_rows(paths: list[str], workers: int, address: str | None, settings: SolverSettings,
+              calibration: str | None = None) -> Iterator[Row]:  # fmt: skip
     """Rows in completion order from Ray tasks (one CPU each); starts a local Ray when none is running."""
     if not paths:
         return
@@ -265,7 +270,7 @@ def _ray_rows(paths: list[str], workers: int, address: str | None, settings: Sol
             where = f"cannot reach the Ray cluster at '{address}'" if address else "cannot start a local Ray"
             raise InputError("--address" if address else "--backend", "", f"{where}: {exc}") from None
     task = ray.remote(num_cpus=1)(_solve_in)
-    refs = [task.remote(os.getcwd(), p, settings) for p in paths]
+    refs = [task.remote(os.getcwd(), p, settings, calibration) for p in paths]
     pending = list(refs)
     try:
         while pending:
@@ -309,6 +314,7 @@ def run_batch(
     settings: SolverSettings = DEFAULT_SETTINGS,
     on_start: Callable[[int, int], None] | None = None,
     on_row: Callable[[Row], None] | None = None,
+    calibration: str | None = None,
 ) -> BatchSummary:
     """Solve ``paths``, streaming rows to ``output`` and skipping those it already holds; see the module docstring.
 
@@ -322,6 +328,7 @@ def run_batch(
         settings: CP-SAT parameters for every scenario.
         on_start: called once with (scenarios to solve, scenarios skipped).
         on_row: called with each row as it finishes (in completion order).
+        calibration: a calibration overlay file applied to every scenario (replacing their ``calibration:``).
 
     Returns:
         The summary; on Ctrl-C (``interrupted``) the pending scenarios are cancelled and the output holds every
@@ -342,7 +349,7 @@ def run_batch(
     fresh: list[Row] = []
     interrupted = False
     try:
-        _stream(todo, output, fmt, n_workers, backend, address, settings, fresh, on_row)
+        _stream(todo, output, fmt, n_workers, backend, address, settings, fresh, on_row, calibration)
     except KeyboardInterrupt:
         interrupted = True
     mine = [r for r in final_rows(kept + fresh) if os.path.realpath(str(r["scenario"])) in wanted]
@@ -353,11 +360,11 @@ def run_batch(
 
 def _stream(todo: list[str], output: str | Path | None, fmt: str, workers: int, backend: Backend,
             address: str | None, settings: SolverSettings, fresh: list[Row],
-            on_row: Callable[[Row], None] | None) -> None:  # fmt: skip
+            on_row: Callable[[Row], None] | None, calibration: str | None = None) -> None:  # fmt: skip
     """Solve ``todo``, appending each row to ``fresh`` and to the output (flushed); finally rewrite it in order."""
     stream = open(output, "a", encoding="utf-8", newline="") if output is not None else None
-    rows = (_ray_rows(todo, workers, address, settings) if backend is Backend.ray
-            else _local_rows(todo, workers, settings))  # fmt: skip
+    rows = (_ray_rows(todo, workers, address, settings, calibration) if backend is Backend.ray
+            else _local_rows(todo, workers, settings, calibration))  # fmt: skip
     try:
         for row in rows:
             fresh.append(row)

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from optimizer import report, report_batch, report_catalog, report_front
 from optimizer.catalog import load_catalog
+from optimizer.cli_measure import calibrate_command, probe_command
 from optimizer.errors import FtoptError
 from optimizer.planner import Overrides, estimate_scenario, solve_scenario
 from optimizer.schema import Checkpointing, Objective, Offload, Precision
@@ -37,6 +38,11 @@ Examples:
 def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--json``: print the DESIGN.md section 6 document instead of tables."""
     return click.option("--json", "as_json", is_flag=True, help="Print JSON (DESIGN.md section 6).")(f)
+
+
+def calibration_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--calibration``: a calibration overlay (``ftopt calibrate -o FILE``) replacing the scenario's."""
+    return click.option("--calibration", type=click.Path(), help="Calibration overlay (ftopt calibrate).")(f)
 
 
 def catalog_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -71,11 +77,14 @@ def cli() -> None:
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT time limit (s).")
 @click.option("--launch-dir", type=click.Path(file_okay=False), help="Write launch.yaml (and ds_config.json) here.")
 @catalog_option
+@calibration_option
 @json_option
 def solve(scenario: str, objective: str | None, budget: float | None, deadline_hours: float | None, top_k: int,
-          time_limit: float, launch_dir: str | None, catalogs: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
+          time_limit: float, launch_dir: str | None, catalogs: tuple[str, ...], calibration: str | None,
+          as_json: bool) -> None:  # fmt: skip
     """Find the optimal plan for SCENARIO (proven by CP-SAT)."""
-    ov = Overrides(Objective(objective) if objective else None, budget, deadline_hours, list(catalogs) or None)
+    ov = Overrides(Objective(objective) if objective else None, budget, deadline_hours, list(catalogs) or None,
+                   calibration)  # fmt: skip
     result = solve_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit), top_k=top_k)
     for name, text in report.launch_files(result.launch or {}).items() if launch_dir and result.launch else ():
         report.write_atomic(f"{launch_dir}/{name}", text)
@@ -98,10 +107,11 @@ def solve(scenario: str, objective: str | None, budget: float | None, deadline_h
 @click.option("--checkpointing", type=click.Choice([c.value for c in Checkpointing]))
 @click.option("--precision", type=click.Choice([p.value for p in Precision]))
 @catalog_option
+@calibration_option
 @json_option
-def estimate(scenario: str, catalogs: tuple[str, ...], as_json: bool, **pins: Any) -> None:
+def estimate(scenario: str, catalogs: tuple[str, ...], calibration: str | None, as_json: bool, **pins: Any) -> None:
     """Evaluate one configuration of SCENARIO: memory breakdown, fit, time and cost."""
-    est = estimate_scenario(scenario, pins, Overrides(catalog=list(catalogs) or None))
+    est = estimate_scenario(scenario, pins, Overrides(catalog=list(catalogs) or None, calibration=calibration))
     if as_json:
         click.echo(report.dumps(report.estimate_json(est)), nl=False)
     else:
@@ -130,13 +140,15 @@ Examples:
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the front as CSV to this file.")
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT limit per stage (s).")
 @catalog_option
+@calibration_option
 @json_option
 def pareto(scenario: str, budget: float | None, deadline_hours: float | None, plot_path: str | None,
-           csv_path: str | None, time_limit: float, catalogs: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
+           csv_path: str | None, time_limit: float, catalogs: tuple[str, ...], calibration: str | None,
+           as_json: bool) -> None:  # fmt: skip
     """Every non-dominated plan of SCENARIO, total cost versus wall-clock hours (each proven by CP-SAT)."""
     from optimizer.pareto import pareto_scenario
 
-    ov = Overrides(None, budget, deadline_hours, list(catalogs) or None)
+    ov = Overrides(None, budget, deadline_hours, list(catalogs) or None, calibration)
     result = pareto_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit))
     if plot_path:
         report_front.plot_front(result, plot_path)
@@ -155,8 +167,9 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", help="Process pool or Ray.")
 @click.option("--address", help="Ray cluster address (default: start a local Ray).")
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT limit per solve (s).")
+@calibration_option
 def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, backend: str, address: str | None,
-          time_limit: float) -> None:  # fmt: skip
+          time_limit: float, calibration: str | None) -> None:  # fmt: skip
     """Solve every scenario in SCENARIOS (files, folders, globs); one result row per scenario."""
     from optimizer.batch import Backend, expand, output_format, run_batch
 
@@ -166,7 +179,7 @@ def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, b
     err = Console(stderr=True)
     with report_batch.batch_progress(err) as (on_start, on_row):
         summary = run_batch(paths, output, workers, Backend(backend), address, SolverSettings(time_limit_s=time_limit),
-                            on_start, on_row)  # fmt: skip
+                            on_start, on_row, calibration)  # fmt: skip
     report_batch.print_batch_summary(summary, output, report.console() if output is None else err)
     if summary.interrupted:
         sys.exit(130)
@@ -238,6 +251,10 @@ def models_list(as_json: bool) -> None:
         click.echo(report.dumps(rows), nl=False)
     else:
         report.console().print(report_catalog.model_table(rows))
+
+
+cli.add_command(calibrate_command)
+cli.add_command(probe_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +18,11 @@ from optimizer.errors import InputError, SolverLimitError
 from optimizer.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.launch import launch_settings
 from optimizer.models import cost
+from optimizer.models.engines import engine_key
 from optimizer.models.uncertainty import band
+from optimizer.overlay import LoadedOverlay, group_accuracy, load_overlay, usage
 from optimizer.schema import Budget, Objective, PlanPins, Scenario, Status
-from optimizer.schema_plan import CostReport, Estimate, MemoryReport, Plan, TimeReport
+from optimizer.schema_plan import CalibrationUse, CostReport, Estimate, MemoryReport, Plan, TimeReport
 from optimizer.solver import Limits, Outcome, SolverSettings, limits_from, solve
 from optimizer.space import MAX_JOB_HOURS, Space, bill_rows, build, enumerate_all, report_currency
 from optimizer.yamlio import validate, validate_value
@@ -34,6 +36,24 @@ class Overrides:
     budget: float | None = None
     deadline_hours: float | None = None
     catalog: list[str] | None = None
+    calibration: str | None = None  # calibration overlay file (replaces the scenario's ``calibration:``)
+
+
+def with_overlay(catalog: Catalog, sc: Scenario, path: str | Path, ov: Overrides) -> Catalog:
+    """The catalog with the user's calibration overlay (``--calibration`` or the scenario's key), if any.
+
+    The overlay travels in ``calibration["overlay"]``, where optimizer/space.py applies it after the models.
+    """
+    if ov.calibration is not None:
+        loaded = load_overlay(ov.calibration, str(path), "--calibration")
+    elif sc.calibration is not None:
+        file = Path(sc.calibration)
+        if not file.is_absolute() and not file.exists():
+            file = Path(path).parent / file
+        loaded = load_overlay(file, str(path), "calibration")
+    else:
+        return catalog
+    return replace(catalog, calibration={**catalog.calibration, "overlay": loaded})
 
 
 @dataclass
@@ -73,7 +93,7 @@ def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scena
     if update:
         sc = sc.model_copy(update=update)
     files = scenario_offer_files(sc, path)
-    return sc, load_catalog(files), source
+    return sc, with_overlay(load_catalog(files), sc, path, ov), source
 
 
 def canonical_allow(sc: Scenario, catalog: Catalog, source: str) -> list[str] | None:
@@ -132,9 +152,18 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
             total=offer_total, currency=offer.currency, budget_currency_total=round(float(space.cost_total[i]), 2)
         )
     est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money)
+    loaded: LoadedOverlay | None = space.overlay
+    engine = engine_key(space.scenario, space.job)
+    groups = (None, None) if loaded is None else (
+        loaded.time_group(space.gpus[int(c.offer_idx[i])].arch, engine, space.job.method.value, plan.precision.value),
+        loaded.memory_group(engine, space.job.method.value),
+    )  # fmt: skip
+    if loaded is not None:
+        est = est.model_copy(update={"calibration": CalibrationUse.model_validate(usage(loaded, *groups))})
     if space.accuracy:  # validated on load (schema_catalog.Accuracy): both models or none
         oi = int(c.offer_idx[i])
-        est = est.model_copy(update={"uncertainty": band(est, offer, space.fx[oi], space.scenario, space.accuracy)})
+        accuracy = group_accuracy(space.accuracy, loaded, *groups)
+        est = est.model_copy(update={"uncertainty": band(est, offer, space.fx[oi], space.scenario, accuracy)})
     return est
 
 
@@ -229,6 +258,13 @@ def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Over
 
     Needs gpu, cards and micro_batch. When several offers rent the GPU, the cheapest bill is reported.
     """
+    space, best = estimate_space(path, pins, overrides)
+    # an estimate is one given configuration, not an optimum: feasible when it fits, else infeasible
+    return to_estimate(space, best, Status.feasible if bool(space.cand.fits[best]) else Status.infeasible)
+
+
+def estimate_space(path: str | Path, pins: dict[str, object], overrides: Overrides | None = None) -> tuple[Space, int]:
+    """The evaluated rows of one configuration (one per offer renting the GPU) and the row with the cheapest bill."""
     sc, catalog, source = prepare(path, overrides)
     merged = {
         **ESTIMATE_DEFAULTS,
@@ -252,7 +288,7 @@ def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Over
     currency = report_currency(sc, offers)
     fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
     space = Space(job, sc, offers, gpus, currency, fx, ev, np.zeros(len(ev)), [], len(ev), int(ev.fits.sum()),
-                  accuracy=catalog.calibration.get("accuracy", {}))
+                  accuracy=catalog.calibration.get("accuracy", {}), overlay=catalog.calibration.get("overlay"))
     slowest = float(np.max(ev.time["hours"]))
     if not slowest <= MAX_JOB_HOURS:  # also NaN and infinity
         raise InputError(source, "data", f"this configuration takes {slowest:,.0f} hours, more than the "
@@ -261,5 +297,4 @@ def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Over
     best = int(np.lexsort((np.arange(len(ev)), totals))[0])
     space.cost_total = totals
     space.bills = bills
-    # an estimate is one given configuration, not an optimum: feasible when it fits, else infeasible
-    return to_estimate(space, best, Status.feasible if bool(ev.fits[best]) else Status.infeasible)
+    return space, best

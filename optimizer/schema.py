@@ -399,6 +399,9 @@ class Scenario(Strict):
     allow: Allow = Allow()
     plan: PlanPins = PlanPins()
     headroom: Float = Field(0.05, ge=0, lt=0.9, description="fraction of card memory kept free")
+    calibration: str | None = Field(
+        None, description="calibration overlay file (ftopt calibrate -o FILE), relative to the scenario file"
+    )
 
     @field_validator("lora", mode="after")
     @classmethod

@@ -105,6 +105,22 @@ class Uncertainty(Strict):
     cost: CostBand
 
 
+class CalibrationGroupUse(Strict):
+    """One model's correction from a calibration overlay: its group, factor and the measurements behind it."""
+
+    group: dict[str, str]
+    factor: float
+    measurements: list[str]
+
+
+class CalibrationUse(Strict):
+    """Which calibration overlay a plan uses (optimizer/overlay.py); a model without a group is uncorrected."""
+
+    overlay: str
+    time: CalibrationGroupUse | None = None
+    memory: CalibrationGroupUse | None = None
+
+
 class Estimate(Strict):
     """A plan with its memory, time and cost (the JSON contract of DESIGN.md section 6), and its uncertainty."""
 
@@ -114,11 +130,13 @@ class Estimate(Strict):
     time: TimeReport | None
     cost: CostReport | None
     uncertainty: Uncertainty | None = None
+    calibration: CalibrationUse | None = None
 
     @model_serializer(mode="wrap")
     def _contract_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The five contract keys always; ``uncertainty`` only when there is a plan to qualify."""
+        """The five contract keys always; ``uncertainty`` only with a plan, ``calibration`` only with an overlay."""
         doc = handler(self)
-        if doc.get("uncertainty") is None:
-            doc.pop("uncertainty", None)
+        for optional in ("uncertainty", "calibration"):
+            if doc.get(optional) is None:
+                doc.pop(optional, None)
         return doc

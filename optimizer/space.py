@@ -22,8 +22,9 @@ import numpy as np
 from optimizer.catalog import Catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.errors import InputError, SolverLimitError, did_you_mean
-from optimizer.models import cost, memory, timing
+from optimizer.models import cost, engines, memory, timing
 from optimizer.models.engines import OffloadRule, checkpointing_levels, half_precision_fallback, offload_rule
+from optimizer.overlay import apply as apply_overlay
 from optimizer.schema import Checkpointing, Offload, Precision, Scenario
 from optimizer.schema_catalog import Gpu, Offer
 
@@ -95,6 +96,7 @@ class Space:
     fitting: int = 0
     smallest_need: dict[str, int] = field(default_factory=dict)  # GPU id -> smallest per-GPU total over its configs
     accuracy: dict[str, Any] = field(default_factory=dict)  # calibration.yaml accuracy (models/uncertainty.py)
+    overlay: Any = None  # the user's calibration overlay (optimizer/overlay.py LoadedOverlay), when one applies
 
 
 # ------------------------------------------------------------------------------------------------ job and offers
@@ -341,6 +343,10 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     usable = hw.capacity_bytes * (1.0 - scenario.headroom)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = timing.job_time(job, cfg, hw, cal["timing"])
+    if cal.get("overlay") is not None:  # a user's calibration overlay: a final correction per group (overlay.py)
+        arch = np.array([g.arch for g in gpus], dtype=object)[offer_idx]
+        mem, t = apply_overlay(cal["overlay"], mem, t, arch, cfg.precision, engines.engine_key(scenario, job),
+                               job.method.value, job.steps)  # fmt: skip
     fits = (mem["total"] <= usable) & np.isfinite(t["hours"]) & (hw.peak_flops > 0)
     host_gib = scenario.allow.max_host_memory_gib
     if host_gib is not None:  # offloaded states must also fit in the node's RAM
@@ -427,4 +433,4 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
         totals = totals[finite]
         bills_out = [b for b, f in zip(bills_out, finite, strict=True) if f]
     return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, len(ev), int(ev.fits.sum()), need,
-                 catalog.calibration.get("accuracy", {}))
+                 catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"))

@@ -1,0 +1,322 @@
+"""The probe run: ``python probe.py [--tiny] [--steps N] [--warmup W] [--out FILE]`` (written by ``ftopt probe``).
+
+Standalone: it needs torch, transformers and peft (accelerate; deepspeed when the plan shards with DeepSpeed), never
+ftopt. It reads ``probe_config.json`` beside itself, builds the model from its configuration with random weights
+(no download), trains W warm-up and N measured optimizer steps on random tokens of the planned length with HF
+Trainer in the planned configuration (micro-batch, gradient accumulation 1, checkpointing, precision, LoRA/QLoRA,
+ZeRO stage and offload through DeepSpeed or FSDP), and writes one measurement in the reference-case schema:
+
+- ``step_seconds``: median wall time of the measured steps (CUDA synchronised before and after each step);
+- ``tokens_per_second_per_gpu`` = micro_batch x seq_len / step_seconds (every rank processes its own micro-batch);
+- ``peak`` (GiB, metric allocated) = ``torch.cuda.max_memory_allocated`` of rank 0 over the run, and ``peaks``
+  with its ``max_memory_reserved`` and the largest ``nvidia-smi`` memory.used of its GPU at the end of a step;
+- ``environment``: GPU name, device count, library versions.
+
+``--tiny`` runs the same code on the CPU with a small model of the same family and writes a measurement whose
+memory fields are empty and whose ``environment.device`` is ``cpu``: a smoke test of the pipeline, which
+``ftopt calibrate`` accepts but does not fit (a CPU says nothing about the planned GPU). Several GPUs:
+``torchrun --nproc_per_node N probe.py``; rank 0 writes the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+GIB = 2.0**30
+OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "paged_adamw_8bit": "paged_adamw_8bit",
+              "sgd": "sgd", "adafactor": "adafactor"}  # fmt: skip
+TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "vocab_size": 512, "tiny_seq_len": 64, "tiny_micro_batch": 2}  # fmt: skip
+
+
+def tiny_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The plan's configuration with a small model of the same family, sequence and batch (CPU smoke run)."""
+    model = dict(cfg["model"])
+    ratio = max(1, model["num_attention_heads"] // model["num_key_value_heads"])
+    heads = TINY["num_attention_heads"]
+    model.update({k: TINY[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size")},
+                 num_attention_heads=heads, num_key_value_heads=max(1, heads // min(ratio, heads)))  # fmt: skip
+    if model.get("num_local_experts", 1) > 1:
+        model["num_local_experts"] = 2
+        model["num_experts_per_tok"] = 1
+    out = dict(cfg, model=model, seq_len=min(cfg["seq_len"], TINY["tiny_seq_len"]),
+               micro_batch=min(cfg["micro_batch"], TINY["tiny_micro_batch"]))  # fmt: skip
+    return out
+
+
+def tiny_scenario(cfg: dict[str, Any], total_steps: int) -> dict[str, Any]:
+    """The measurement scenario of a --tiny run: the small model inline, one card, no sharding (what ran)."""
+    m = cfg["model"]
+    doc = json.loads(json.dumps(cfg["scenario"]))
+    doc["model"] = {"name": f"tiny-{m['family']}", "layers": m["num_hidden_layers"], "hidden": m["hidden_size"],
+                    "intermediate": m["intermediate_size"], "heads": m["num_attention_heads"],
+                    "kv_heads": m["num_key_value_heads"], "vocab": m["vocab_size"],
+                    "tied_embeddings": bool(m.get("tie_word_embeddings", False)),
+                    "experts": m.get("num_local_experts", 1), "experts_per_token": m.get("num_experts_per_tok", 1),
+                    "qkv_bias": m["family"] == "qwen2"}  # fmt: skip
+    doc["seq_len"] = cfg["seq_len"]
+    doc["global_batch"] = cfg["micro_batch"]
+    doc["data"] = {"tokens": float(total_steps * cfg["micro_batch"] * cfg["seq_len"]), "epochs": 1}
+    doc["plan"] = {**doc["plan"], "cards": 1, "tp": 1, "zero_stage": 0, "offload": "none",
+                   "micro_batch": cfg["micro_batch"]}  # fmt: skip
+    return doc
+
+
+def build_model(cfg: dict[str, Any], device: str) -> Any:
+    """A randomly initialised causal LM from the config (Llama, Qwen2 or Mixtral family), LoRA/QLoRA applied."""
+    import torch
+    import transformers
+
+    m = dict(cfg["model"])
+    family = m.pop("family")
+    config_cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config,
+                  "mixtral": transformers.MixtralConfig}[family]  # fmt: skip
+    attn = {"flash": "flash_attention_2", "sdpa": "sdpa", "eager": "eager"}[cfg["attention"]]
+    if device == "cpu" or (attn == "flash_attention_2" and not _has("flash_attn")):
+        attn = "sdpa"  # FlashAttention needs CUDA and the flash_attn package; sdpa is the closest kernel
+    config = config_cls(**m, max_position_embeddings=max(cfg["seq_len"], 128), use_cache=False)
+    config._attn_implementation = attn
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg["precision"], torch.float32)
+    method = cfg["method"]
+    if method == "full":  # mixed precision: fp32 master weights, the autocast precision from the Trainer
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    else:  # adapters over a frozen half-precision base
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=half if device != "cpu" else torch.float32)
+        if method == "qlora" and device != "cpu":
+            model = _quantise(model, half)
+        import peft
+
+        lora = cfg["lora"]
+        targets = "all-linear" if "all-linear" in lora["targets"] else [t for t in lora["targets"] if t != "lm_head"]
+        settings = peft.LoraConfig(r=lora["rank"], lora_alpha=lora["alpha"], target_modules=targets,
+                                   lora_dropout=lora["dropout"], task_type="CAUSAL_LM")  # fmt: skip
+        model = peft.get_peft_model(model, settings)
+    return model
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _quantise(model: Any, half: Any) -> Any:
+    """QLoRA base: save the random model and load it back as NF4 with double quantisation (bitsandbytes)."""
+    import transformers
+
+    with tempfile.TemporaryDirectory(prefix="probe-base-") as tmp:
+        model.save_pretrained(tmp)
+        bnb = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                              bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=half)  # fmt: skip
+        return transformers.AutoModelForCausalLM.from_pretrained(tmp, quantization_config=bnb, dtype=half)
+
+
+def ds_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """DeepSpeed ZeRO settings for the plan (None without ZeRO under DeepSpeed)."""
+    if cfg["zero_stage"] == 0 or cfg["sharding"] != "deepspeed":
+        return None
+    zero: dict[str, Any] = {"stage": cfg["zero_stage"]}
+    out: dict[str, Any] = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                           "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+                           "zero_optimization": zero}  # fmt: skip
+    if cfg["offload"] in ("optimizer", "all"):
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        out["optimizer"] = {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}}  # CPU Adam steps it
+    if cfg["offload"] == "all" and cfg["zero_stage"] == 3:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    return out
+
+
+def fsdp_args(cfg: dict[str, Any]) -> dict[str, Any]:
+    """TrainingArguments fsdp settings for the plan (empty unless it shards with FSDP)."""
+    if cfg["zero_stage"] == 0 or cfg["sharding"] != "fsdp":
+        return {}
+    mode = "full_shard" if cfg["zero_stage"] == 3 else "shard_grad_op"
+    if cfg["offload"] != "none":
+        mode += " offload"
+    return {"fsdp": f"{mode} auto_wrap", "fsdp_config": {"transformer_layer_cls_to_wrap": [cfg["layer_class"]]}}
+
+
+def checkpointing_args(on: bool) -> dict[str, Any]:
+    """Activation checkpointing for TrainingArguments, by the name this transformers version has.
+
+    ``activation_checkpointing`` in transformers 5, ``gradient_checkpointing`` before.
+    """
+    import dataclasses
+
+    import transformers
+
+    names = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
+    key = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+    return {key: on, f"{key}_kwargs": {"use_reentrant": False} if on else None}
+
+
+def _nvidia_smi_mib() -> float | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    values = [float(v) for v in out.split() if v.strip().replace(".", "", 1).isdigit()]
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    return values[local] if local < len(values) else (max(values) if values else None)
+
+
+def make_timer(cuda: bool) -> Any:
+    """A TrainerCallback recording each optimizer step's wall time and the largest nvidia-smi reading."""
+    import torch
+    import transformers
+
+    class StepTimer(transformers.TrainerCallback):
+        def __init__(self) -> None:
+            self.durations: list[float] = []
+            self.smi_mib: list[float] = []
+            self._start = 0.0
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if cuda:
+                torch.cuda.synchronize()
+            self._start = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if cuda:
+                torch.cuda.synchronize()
+                smi = _nvidia_smi_mib()
+                if smi is not None:
+                    self.smi_mib.append(smi)
+            self.durations.append(time.perf_counter() - self._start)
+
+    return StepTimer()
+
+
+def train(cfg: dict[str, Any], device: str, warmup: int, steps: int) -> tuple[Any, dict[str, Any]]:
+    """Run warm-up + measured steps with HF Trainer; return the timer and the notes on what differs from the plan."""
+    import torch
+    import transformers
+
+    notes = []
+    model = build_model(cfg, device)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    n = (warmup + steps) * cfg["micro_batch"] * world
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, cfg["model"]["vocab_size"], (n, cfg["seq_len"]), generator=gen)
+    data = [{"input_ids": row, "labels": row.clone()} for row in ids]
+    optim = OPTIMIZERS[cfg["optimizer"]]
+    if device == "cpu" and ("bnb" in optim or "8bit" in optim):
+        notes.append(f"optimizer {cfg['optimizer']} needs bitsandbytes on CUDA; adamw_torch on the CPU")
+        optim = "adamw_torch"
+    if cfg["method"] == "qlora" and device == "cpu":
+        notes.append("bitsandbytes NF4 needs CUDA: the CPU run keeps the base in fp32 (LoRA over an unquantised base)")
+    if cfg["checkpointing"] == "selective":
+        notes.append("HF Trainer has no selective checkpointing; full checkpointing ran")
+    with tempfile.TemporaryDirectory(prefix="probe-run-") as out_dir:
+        args = transformers.TrainingArguments(
+            output_dir=out_dir, per_device_train_batch_size=cfg["micro_batch"], gradient_accumulation_steps=1,
+            max_steps=warmup + steps, learning_rate=1e-5, optim=optim, report_to=[], save_strategy="no",
+            logging_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0, use_cpu=device == "cpu",
+            bf16=cfg["precision"] == "bf16" and device != "cpu", fp16=cfg["precision"] == "fp16" and device != "cpu",
+            **checkpointing_args(cfg["checkpointing"] != "none"),
+            deepspeed=ds_config(cfg) if device != "cpu" else None, **(fsdp_args(cfg) if device != "cpu" else {}),
+        )  # fmt: skip
+        timer = make_timer(device == "cuda")
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[timer])
+        trainer.train()
+    return timer, {"notes": notes}
+
+
+def _versions() -> dict[str, Any]:
+    import platform
+
+    out: dict[str, Any] = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "peft", "accelerate", "deepspeed", "bitsandbytes"):
+        try:
+            out[name] = str(__import__(name).__version__)
+        except Exception:  # noqa: BLE001 - absent or broken optional library: record nothing
+            continue
+    return out
+
+
+def measurement(cfg: dict[str, Any], run: dict[str, Any], timer: Any, device: str, warmup: int,
+                steps: int) -> dict[str, Any]:  # fmt: skip
+    """The measurement document (reference-case schema) of a finished run."""
+    import torch
+
+    measured_steps = timer.durations[warmup:] or timer.durations
+    step = statistics.median(measured_steps)
+    measured: dict[str, Any] = {"step_seconds": round(step, 6),
+                                "tokens_per_second_per_gpu": round(cfg["micro_batch"] * cfg["seq_len"] / step, 3)}
+    env = {"device": device, **_versions()}
+    if device == "cuda":
+        alloc = torch.cuda.max_memory_allocated() / GIB
+        reserved = torch.cuda.max_memory_reserved() / GIB
+        smi = max(timer.smi_mib) / 1024.0 if timer.smi_mib else None
+        measured.update(peak=round(alloc, 4), unit="GiB", metric="allocated", per_gpu=True)
+        measured["peaks"] = {"reserved": round(reserved, 4), **({"nvidia-smi": round(smi, 4)} if smi else {})}
+        env.update(gpu_name=torch.cuda.get_device_name(0), gpu_count=torch.cuda.device_count())
+    notes = [f"ftopt probe: {len(measured_steps)} measured steps after {warmup} warm-up steps, median step time."]
+    notes += run["notes"]
+    if device == "cpu":
+        notes.append("--tiny CPU smoke run with a small model of the same family: not a measurement of the GPU.")
+    scenario = tiny_scenario(cfg, warmup + steps) if device == "cpu" else cfg["scenario"]
+    return {"cases": [{"id": cfg["id"] + ("-tiny" if device == "cpu" else ""), "source": "ftopt probe (probe.py)",
+                       "kind": "measured", "scenario": scenario, "measured": measured, "notes": " ".join(notes),
+                       "environment": env}]}  # fmt: skip
+
+
+def write(doc: dict[str, Any], path: Path) -> None:
+    """Write YAML (JSON text, which YAML reads, when PyYAML is missing), atomically."""
+    try:
+        import yaml
+
+        text = yaml.safe_dump(doc, sort_keys=False)
+    except ImportError:
+        text = json.dumps(doc, indent=2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the options, run the probe, write the measurement; returns the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tiny", action="store_true", help="small model of the same family on the CPU")
+    parser.add_argument("--steps", type=int, default=None, help="measured steps (default: the probe's plan)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps, not measured")
+    parser.add_argument("--out", type=Path, default=None, help="measurement file (default: measurement.yaml here)")
+    parser.add_argument("--config", type=Path, default=HERE / "probe_config.json")
+    args = parser.parse_args(argv)
+    cfg = json.loads(args.config.read_text(encoding="utf-8"))
+    steps = args.steps if args.steps is not None else cfg["steps"]
+    warmup = args.warmup if args.warmup is not None else cfg["warmup"]
+    if steps < 1 or warmup < 0:
+        print("probe.py: error: --steps must be at least 1 and --warmup at least 0", file=sys.stderr)
+        return 2
+    import torch
+
+    if not args.tiny and not torch.cuda.is_available():
+        print("probe.py: error: no CUDA GPU found; run on the rented card, or use --tiny for a CPU smoke run",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    device = "cpu" if args.tiny else "cuda"
+    cfg = tiny_config(cfg) if args.tiny else cfg
+    timer, run = train(cfg, device, warmup, steps)
+    if int(os.environ.get("RANK", "0")) == 0:
+        out = args.out or HERE / "measurement.yaml"
+        write(measurement(cfg, run, timer, device, warmup, steps), out)
+        print(f"probe.py: wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

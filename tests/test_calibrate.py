@@ -1,0 +1,277 @@
+"""Calibration overlays: fitting (optimizer/calibrate.py) and applying them (optimizer/overlay.py via the space).
+
+The published cases come from tests/data/reference (copies of ../shared/reference); groups are GPU architecture x
+engine x method x precision for time and engine x method for memory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from optimizer.calibrate import calibrate, predict
+from optimizer.measure import load_cases
+from optimizer.overlay import load_overlay
+from tests.conftest import REFERENCE
+
+THROUGHPUT = {c.id: c for c in load_cases(REFERENCE / "throughput_cases.yaml")}
+MEMORY = {c.id: c for c in load_cases(REFERENCE / "memory_cases.yaml")}
+# ampere x torchtune x full x bf16: Llama 3.2 3B on one A100 (torchtune README tables, throughput_cases.yaml)
+TT_A100_FIT = ["tput-tt-llama3.2-3b-full-ac", "tput-tt-llama3.2-3b-full-ac-opt-in-bwd"]
+TT_A100_HELD_OUT = "tput-tt-llama3.2-3b-full-8bit-adamw"
+OTHER_GROUP = "tput-llmfoundry-mpt-7b-s2048-8xh100-sxm"  # hopper x hf_fsdp x full x bf16
+
+
+def _write(tmp_path: Path, name: str, cases: list) -> str:
+    docs = [c.model_dump(mode="json", exclude_none=True) for c in cases]
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"cases": docs}, sort_keys=False))
+    return str(path)
+
+
+def _tps(case, tmp_path: Path, overlay: str | None = None) -> float:
+    return predict(case, tmp_path, Path(overlay) if overlay else None).tokens_per_second_per_gpu
+
+
+def test_two_runs_of_a_group_move_a_held_out_third_toward_its_measurement(tmp_path: Path):
+    fit = _write(tmp_path, "fit.yaml", [THROUGHPUT[i] for i in TT_A100_FIT])
+    calibrate([fit], output=tmp_path / "cal.yaml")
+    held = THROUGHPUT[TT_A100_HELD_OUT]
+    measured = held.measured.tokens_per_second_per_gpu
+    before, after = _tps(held, tmp_path), _tps(held, tmp_path, str(tmp_path / "cal.yaml"))
+    assert abs(after / measured - 1) < abs(before / measured - 1), (before, after, measured)
+
+
+def test_a_group_without_measurements_is_left_exactly_as_shipped(tmp_path: Path):
+    fit = _write(tmp_path, "fit.yaml", [THROUGHPUT[i] for i in TT_A100_FIT])
+    calibrate([fit], output=tmp_path / "cal.yaml")
+    other = THROUGHPUT[OTHER_GROUP]
+    before = predict(other, tmp_path)
+    after = predict(other, tmp_path, tmp_path / "cal.yaml")
+    assert after == before  # time and every memory counter
+
+
+def _synthetic(case, time_ratio: float, tmp_path: Path):
+    """The case with a measured tokens/s that makes real / predicted step time exactly ``time_ratio``."""
+    tps = _tps(case, tmp_path) / time_ratio
+    return case.model_copy(update={"measured": case.measured.model_copy(update={"tokens_per_second_per_gpu": tps})})
+
+
+def test_factor_is_the_shrunk_geometric_mean(tmp_path: Path):
+    # two measurements at real/predicted 1.3 with prior weight 1: f = exp(2 ln 1.3 / 3) = 1.3^(2/3) = 1.1911
+    cases = [_synthetic(THROUGHPUT[i], 1.3, tmp_path) for i in TT_A100_FIT]
+    result = calibrate([_write(tmp_path, "syn.yaml", cases)])
+    (group,) = result.overlay.time
+    assert group.factor == pytest.approx(1.1911, abs=1e-4)
+    assert (group.arch, group.engine, group.method.value, group.precision.value) == ("ampere", "torchtune", "full",
+                                                                                       "bf16")
+
+
+@pytest.mark.parametrize(("ratio", "factor"), [(1.44, 1.2), (6.0, 2.0), (0.15, 0.5)])
+def test_a_single_measurement_moves_its_group_at_most_half_way_and_within_the_cap(tmp_path: Path, ratio, factor):
+    # prior weight 1: one measurement gives sqrt(ratio) (1.44 -> 1.2), capped to [1/2, 2] (6 -> 2, 0.15 -> 0.5)
+    case = _synthetic(THROUGHPUT[TT_A100_FIT[0]], ratio, tmp_path)
+    (group,) = calibrate([_write(tmp_path, "one.yaml", [case])]).overlay.time
+    assert group.factor == pytest.approx(factor, abs=1e-4)
+
+
+def test_a_measurement_twenty_times_off_is_reported_and_not_fitted(tmp_path: Path):
+    case = _synthetic(THROUGHPUT[TT_A100_FIT[0]], 20.0, tmp_path)
+    result = calibrate([_write(tmp_path, "far.yaml", [case])])
+    (row,) = [r for r in result.rows if r.model == "time"]
+    assert result.overlay.time == [] and not row.used and "beyond x10 either way" in row.note
+
+
+def test_a_stronger_prior_moves_less(tmp_path: Path):
+    case = _synthetic(THROUGHPUT[TT_A100_FIT[0]], 1.5, tmp_path)
+    path = _write(tmp_path, "one.yaml", [case])
+    weak, strong = (calibrate([path], prior_weight=k).overlay.time[0].factor for k in (1.0, 4.0))
+    assert strong == pytest.approx(1.5 ** (1 / 5), abs=1e-4) and 1.0 < strong < weak
+
+
+@pytest.fixture(scope="module")
+def everything(tmp_path_factory):
+    """An overlay fitted on every published time and memory case, and its report rows."""
+    tmp = tmp_path_factory.mktemp("all")
+    return calibrate([str(REFERENCE / "throughput_cases.yaml"), str(REFERENCE / "memory_cases.yaml")],
+                     output=tmp / "cal.yaml")  # fmt: skip
+
+
+def _log_err(value: float, measured: float) -> float:
+    return math.log(value / measured) ** 2
+
+
+def test_an_overlay_never_makes_a_fitted_group_worse(everything):
+    # Shrinking toward the mean log ratio cannot raise a group's sum of squared log errors; the factor's rounding to
+    # 4 decimals is the only noise allowed.
+    groups: dict[tuple[str, str], list] = {}
+    for row in everything.rows:
+        if row.used:
+            groups.setdefault((row.model, row.group), []).append(row)
+    assert len(groups) >= 10
+    for key, rows in groups.items():
+        before = sum(_log_err(r.before, r.measured) for r in rows)
+        after = sum(_log_err(r.after, r.measured) for r in rows)
+        assert after <= before + 1e-6 * len(rows), (key, before, after)
+
+
+def test_an_overlay_does_not_raise_the_median_error_of_the_fitted_cases(everything):
+    for model in ("time", "memory"):
+        rows = [r for r in everything.rows if r.used and r.model == model]
+        before = statistics.median(abs(r.before / r.measured - 1) for r in rows)
+        after = statistics.median(abs(r.after / r.measured - 1) for r in rows)
+        assert after <= before + 0.005, (model, before, after)
+
+
+def test_boundary_and_tflops_only_cases_are_reported_not_fitted(everything):
+    skipped = {r.id: r.note for r in everything.rows if not r.used}
+    assert skipped["mem-torchtitan-llama2-70b-bs2-selective-oom"].startswith("not used: a fits/oom boundary")
+    assert skipped["tput-zero-offload-gpt2-10b-1xv100"].startswith("not used: model TFLOP/s")
+
+
+def test_a_consistent_group_gets_the_shipped_band_pulled_toward_one(tmp_path: Path, catalog):
+    # two measurements, both at real/predicted 1.3: the band is the shipped one scaled in log terms by
+    # sqrt(k / (n + k)) = sqrt(1/3), widened up to the leave-one-out residual: each measurement against the factor
+    # of the other alone, 1.3 / 1.3^(1/2) = 1.1402
+    shipped = catalog.calibration["accuracy"]["time"]
+    cases = [_synthetic(THROUGHPUT[i], 1.3, tmp_path) for i in TT_A100_FIT]
+    (group,) = calibrate([_write(tmp_path, "syn.yaml", cases)]).overlay.time
+    s = math.sqrt(1 / 3)
+    assert group.band.ratio_p10 == pytest.approx(min(shipped["ratio_p10"] ** s, 1.1402), abs=2e-3)
+    assert group.band.ratio_p90 == pytest.approx(max(shipped["ratio_p90"] ** s, 1.1402), abs=2e-3)
+    assert group.band.ratio_p90 - group.band.ratio_p10 < shipped["ratio_p90"] - shipped["ratio_p10"]
+
+
+def test_a_scattered_group_keeps_a_band_as_wide_as_its_own_residuals(everything):
+    for g in everything.overlay.time + everything.overlay.memory:
+        rows = [r for r in everything.rows if r.used and r.id in g.measurements and r.group == " x ".join(g.key)]
+        real = [(r.before / r.measured if r.model == "time" else r.measured / r.before) / g.factor for r in rows]
+        low, high = np.exp(np.quantile(np.log(real), [0.1, 0.9]))  # percentiles of the log residuals
+        assert g.band.ratio_p10 <= low + 1e-3 and g.band.ratio_p90 >= high - 1e-3, (g.key, real, g.band)
+
+
+def test_the_overlay_file_loads_back_and_is_deterministic(everything, tmp_path: Path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    for out in (a, b):
+        calibrate([str(REFERENCE / "throughput_cases.yaml")], output=out)
+    assert a.read_bytes() == b.read_bytes()
+    assert load_overlay(a).overlay.time
+
+
+# --------------------------------------------------------------------------------------------- applied to plans
+
+
+@pytest.fixture
+def overlay_7b(tmp_path: Path) -> Path:
+    """An overlay with one time group (ada x hf_deepspeed x lora x bf16, x1.25) and one memory group (x1.1)."""
+    doc = {
+        "format": "ftopt-calibration-overlay/1", "shrinkage": {"prior_weight": 1.0, "max_factor": 2.0},
+        "measurements": [{"id": "run-1", "file": "run.yaml", "used": ["time", "memory"]}],
+        "time": [{"arch": "ada", "engine": "hf_deepspeed", "method": "lora", "precision": "bf16", "factor": 1.25,
+                  "n": 1, "mean_log_ratio": 0.45, "measurements": ["run-1"],
+                  "band": {"cases": 13, "ratio_p10": 0.97, "ratio_p90": 1.05}}],
+        "memory": [{"engine": "hf_deepspeed", "method": "lora", "factor": 1.1, "n": 1, "mean_log_ratio": 0.2,
+                    "measurements": ["run-1"]}],
+    }  # fmt: skip
+    path = tmp_path / "cal.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+ESTIMATE_4090 = ("--gpu", "RTX-4090", "--cards", "1", "--micro-batch", "1", "--checkpointing", "full", "--json")
+
+
+def test_estimate_applies_the_overlay_and_names_it(run_cli, write_scenario, overlay_7b):
+    path = write_scenario()
+    plain = json.loads(run_cli("estimate", path, *ESTIMATE_4090).stdout)
+    out = json.loads(run_cli("estimate", path, *ESTIMATE_4090, "--calibration", overlay_7b).stdout)
+    assert out["time"]["step_seconds"] == pytest.approx(plain["time"]["step_seconds"] * 1.25, rel=1e-5)
+    assert out["time"]["tokens_per_second"] == pytest.approx(plain["time"]["tokens_per_second"] / 1.25, rel=1e-5)
+    assert out["memory"]["total"] == pytest.approx(plain["memory"]["total"] * 1.1, rel=1e-6)
+    assert out["calibration"]["overlay"] == str(overlay_7b)
+    assert out["calibration"]["time"]["factor"] == 1.25 and out["calibration"]["time"]["measurements"] == ["run-1"]
+    assert "calibration" not in plain
+
+
+def test_the_calibrated_group_gets_its_band_and_the_other_model_keeps_the_shipped_one(run_cli, write_scenario,
+                                                                                      overlay_7b, catalog):  # fmt: skip
+    path = write_scenario()
+    out = json.loads(run_cli("estimate", path, *ESTIMATE_4090, "--calibration", overlay_7b).stdout)["uncertainty"]
+    assert (out["time"]["ratio_p10"], out["time"]["ratio_p90"]) == (0.97, 1.05)
+    shipped = catalog.calibration["accuracy"]["memory"]
+    assert (out["memory"]["ratio_p10"], out["memory"]["ratio_p90"]) == (shipped["ratio_p10"], shipped["ratio_p90"])
+
+
+def test_a_plan_outside_every_group_is_unchanged(run_cli, write_scenario, overlay_7b):
+    path = write_scenario(training={"framework": "torchtune", "optimizer": "adamw", "attention": "sdpa"})
+    plain = json.loads(run_cli("estimate", path, *ESTIMATE_4090).stdout)
+    out = json.loads(run_cli("estimate", path, *ESTIMATE_4090, "--calibration", overlay_7b).stdout)
+    assert out["time"] == plain["time"] and out["memory"] == plain["memory"]
+    assert out["calibration"] == {"overlay": str(overlay_7b), "time": None, "memory": None}
+
+
+def test_the_scenario_key_applies_an_overlay_relative_to_the_scenario(run_cli, write_scenario, overlay_7b):
+    path = write_scenario(calibration="cal.yaml")
+    out = json.loads(run_cli("solve", path, "--json").stdout)
+    assert out["calibration"]["overlay"].endswith("cal.yaml")
+
+
+def test_a_missing_overlay_is_a_one_line_error(run_cli, write_scenario, tmp_path: Path):
+    result = run_cli("solve", write_scenario(), "--calibration", tmp_path / "nope.yaml")
+    assert result.exit_code == 2
+    assert result.stderr.strip().endswith("--calibration: calibration overlay "
+                                          f"'{tmp_path / 'nope.yaml'}' not found (ftopt calibrate -o FILE)")
+
+
+def test_a_malformed_overlay_names_the_field(run_cli, write_scenario, overlay_7b):
+    doc = yaml.safe_load(overlay_7b.read_text())
+    doc["time"][0]["factor"] = -1
+    overlay_7b.write_text(yaml.safe_dump(doc))
+    result = run_cli("solve", write_scenario(), "--calibration", overlay_7b)
+    assert result.exit_code == 2 and "time[0].factor" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_calibrate_cli_reports_before_and_after_as_json(run_cli, tmp_path: Path):
+    fit = _write(tmp_path, "fit.yaml", [THROUGHPUT[i] for i in TT_A100_FIT])
+    result = run_cli("calibrate", fit, "-o", tmp_path / "cal.yaml", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    rows = doc["measurements"]
+    assert {r["id"] for r in rows} == set(TT_A100_FIT)
+    assert all(abs(r["error_after"]) < abs(r["error_before"]) for r in rows)
+    assert doc["overlay"]["time"][0]["n"] == 2 and (tmp_path / "cal.yaml").is_file()
+
+
+def test_calibrate_cli_needs_a_scenario_for_logs(run_cli):
+    result = run_cli("calibrate", REFERENCE.parent / "measurements" / "trainer_state.json")
+    assert result.exit_code == 2 and "pass --scenario FILE" in result.stderr
+
+
+def test_batch_applies_the_overlay_to_every_scenario(run_cli, write_scenario, overlay_7b, tmp_path: Path):
+    # the overlay only slows ada x hf_deepspeed x lora x bf16 down (x1.25): the optimum cannot get cheaper, and the
+    # plan on the RTX 4090 the shipped model picks must change (slower, or another GPU)
+    path = write_scenario()
+    rows = {}
+    for name, extra in (("plain", ()), ("calibrated", ("--calibration", overlay_7b))):
+        out = tmp_path / f"{name}.jsonl"
+        assert run_cli("batch", path, "-o", out, "--workers", "1", *extra).exit_code == 0
+        rows[name] = json.loads(out.read_text())
+    plain, cal = rows["plain"], rows["calibrated"]
+    assert plain["gpu"] == "RTX-4090"
+    assert cal["cost"] >= plain["cost"] and (cal["hours"], cal["gpu"]) != (plain["hours"], plain["gpu"])
+
+
+def test_a_measurement_the_catalog_cannot_evaluate_is_reported_and_the_rest_fitted(tmp_path: Path):
+    huge = THROUGHPUT[TT_A100_FIT[0]]
+    scenario = {**huge.scenario, "plan": {**huge.scenario["plan"], "cards": 100_000}}
+    cases = [huge.model_copy(update={"id": "too-big", "scenario": scenario}), THROUGHPUT[TT_A100_FIT[1]]]
+    result = calibrate([_write(tmp_path, "mixed.yaml", cases)])
+    (skipped,) = [r for r in result.rows if r.id == "too-big"]
+    assert not skipped.used and skipped.note.startswith("not used: ") and "plan.cards" in skipped.note
+    assert [g.n for g in result.overlay.time] == [1]
