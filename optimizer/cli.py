@@ -240,6 +240,9 @@ def models_list(as_json: bool) -> None:
         report.console().print(report_catalog.model_table(rows))
 
 
+cli.add_command(__import__("optimizer.cli_portfolio", fromlist=["portfolio"]).portfolio)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors (ours and click's usage errors) print one line and exit 2."""
     try:
