@@ -30,7 +30,8 @@ Constraints:
     (4) cumulative(iv[o,b] of slot b, demand k_o) <= K_b, with k_o <= K_b
     (5) 3600 (720 n[b,month] + 168 n[b,week] + 24 n[b,day]) + inc_f u[b] >= g (E_b - S_b)   (the bill covers b)
     (6) 3600 h[b] >= P_{b,h} inc_f u[b];  not open[b] => E_b = S_b
-    (7) sum_{o} use[o,b] >= 2 open[b]  (a block of one job is never cheaper than that job's solo rental s_j)
+    (7) sum_{o} use[o,b] >= 2 open[b]  (a block of one job is never cheaper than that job's solo rental s_j), and
+        sum_t n[b,t] >= open[b]  (a shared block bills at least one day, week or month unit)
     (8) open[b] >= open[b+1] and open[b+1] => S_b <= S_{b+1}  for slots of one (f, K)   (symmetry)
     (9) redundant, for the relaxation: bill_b >= K_b x cover_f(p_o) use[o,b] for each member o (the block spans
         at least o), and bill_b >= rate_f sum_o k_o p_o use[o,b] (K_b x span >= the members' card-time by (4);
@@ -38,11 +39,11 @@ Constraints:
 Objective: min sum_j s_j solo[j] + sum_o e_o use[o,none] + sum_q c_q buy[q]
                + sum_b (sum_t P_{b,t} n[b,t] + h[b])
 
-Sharing. Jobs running in one block pay for the block's span, gaps included, so sharing pays only when a day,
-week or month unit is cheaper than the hours it replaces; those offers get slots. An hourly-only offer billed per
-increment of at most g seconds costs exactly k x hours per job, so a shared block is never cheaper there (the
-bill is linear in cards and time); an hourly-only offer with a coarser increment is rented per job, which may
-leave the rounding of one increment per job unshared (a stated restriction). Each (f, K) gets
+Sharing. Jobs running in one block pay for the block's span, gaps included, so sharing pays when a day, week or
+month unit is cheaper than the hours it replaces; those offers get slots, and a shared block bills at least one
+such unit. Hours billed per increment are linear in cards and time, so sharing them saves nothing but the
+rounding of one increment per job (an hour on offers billed by the hour): that rounding is not shared (a stated
+restriction, which keeps the model small and provable; the oracle test states the same rule). Each (f, K) gets
 min(floor(n / 2), max_shared_blocks) slots, n the occurrences that can run on f with at most K cards: exact when
 the cap does not bind (every shared block carries two jobs or more, by (7)).
 
@@ -281,8 +282,10 @@ class _Model:
             self.m.add(3600 * h >= per_hour * inc * u)
             slot.cost.append((1, h))
         self.cost_terms.extend(slot.cost)
-        # (5) the billed units cover the block's span; (6) a closed slot spans nothing
+        # (5) the billed units cover the block's span; (6) a closed slot spans nothing; (7) an open one bills a
+        # day, week or month unit
         self.m.add(sum(cover) >= g * (slot.end - slot.start))
+        self.m.add(sum(v for t, v in slot.units.items() if t != "increments") >= slot.open)
         self.m.add(slot.end >= slot.start)
         self.m.add(slot.end == slot.start).only_enforce_if(~slot.open)
 

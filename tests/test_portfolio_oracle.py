@@ -2,7 +2,8 @@
 
 The oracle is written from the problem statement alone: it tries every run and start of every occurrence, every
 grouping of the rented occurrences of one offer into blocks (offers without a day/week/month price rent per job),
-sizes each block to its peak card use, prices it as the cheapest mix of the offer's terms covering its span
+sizes each block to its peak card use, prices it as the cheapest mix of the offer's terms covering its span (with
+at least one day, week or month unit when it carries several jobs)
 (Fractions, plain loops), buys as many cards as the peak use of the buy option, and keeps the cheapest total.
 """
 
@@ -28,13 +29,18 @@ def _frac(x: float) -> Fraction:
 
 
 @lru_cache(maxsize=None)
-def _cover(prices: tuple[tuple[str, float], ...], increment_s: int, seconds: int) -> Fraction:
-    """Cheapest per-card bill covering ``seconds``: every count of long units, the rest in hourly increments."""
+def _cover(prices: tuple[tuple[str, float], ...], increment_s: int, seconds: int, shared: bool) -> Fraction | None:
+    """Cheapest per-card bill covering ``seconds``: every count of long units, the rest in hourly increments.
+
+    A block carrying several jobs bills at least one day, week or month unit (``shared``).
+    """
     price = dict(prices)
     longs = [t for t in _TERM_S if t in price]
     best = None
     ranges = [range(-(-seconds // _TERM_S[t]) + 1) for t in longs]
     for counts in itertools.product(*ranges):
+        if shared and not any(counts):
+            continue
         covered = sum(n * _TERM_S[t] for n, t in zip(counts, longs, strict=True))
         amount = sum(n * _frac(price[t]) for n, t in zip(counts, longs, strict=True))
         rest = max(0, seconds - covered)
@@ -75,7 +81,10 @@ def _rent_cost(problem: Problem, chosen: dict[int, tuple[int, int, int]], groups
         if size is None:
             return None
         span = max(e for _, e, _ in spans) - min(s for s, _, _ in spans)
-        total += size * _cover(tuple(sorted(rental.prices.items())), rental.increment_s, span * problem.grid_s)
+        bill = _cover(tuple(sorted(rental.prices.items())), rental.increment_s, span * problem.grid_s, len(group) > 1)
+        if bill is None:
+            return None
+        total += size * bill
     return total
 
 
