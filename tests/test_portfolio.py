@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from optimizer.planner import solve_scenario
-from optimizer.portfolio import Occurrence, Pool, Problem, Rental, Run, solve
+from optimizer.portfolio import Occurrence, Problem, Rental, Run, solve
 from optimizer.portfolio_plan import plan_portfolio
 
 from .conftest import REPO, scenario_doc

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import random
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -28,7 +28,7 @@ def _frac(x: float) -> Fraction:
     return Fraction(x).limit_denominator(10**6)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cover(prices: tuple[tuple[str, float], ...], increment_s: int, seconds: int, shared: bool) -> Fraction | None:
     """Cheapest per-card bill covering ``seconds``: every count of long units, the rest in hourly increments.
 
@@ -143,7 +143,7 @@ def oracle(problem: Problem) -> Fraction | None:
 def evaluate(problem: Problem, schedule) -> Fraction | None:
     """The oracle's price of the model's schedule (its runs, starts, blocks and the rest rented alone)."""
     chosen = {j: (r, schedule.starts[j], problem.occurrences[j].runs[r].duration) for j, r in enumerate(schedule.runs)}
-    for j, (r, start, dur) in chosen.items():
+    for j, (_, start, dur) in chosen.items():
         occ = problem.occurrences[j]
         assert occ.release <= start and start + dur <= occ.due
     in_block = {j for b in schedule.blocks for j in b.members}
@@ -161,8 +161,8 @@ def _bill(prices: dict[str, float], increment_s: int, seconds: int) -> float:
     from optimizer.schema import Term
     from optimizer.schema_catalog import Offer, Price
 
-    offer = Offer.model_construct(id="x", hour_increment_s=increment_s,
-                                  prices={Term(t): Price.model_construct(amount=a) for t, a in prices.items()})  # fmt: skip
+    terms = {Term(t): Price.model_construct(amount=a) for t, a in prices.items()}
+    offer = Offer.model_construct(id="x", hour_increment_s=increment_s, prices=terms)
     return bill(seconds / 3600, offer).per_card
 
 
@@ -182,7 +182,7 @@ def random_problem(rng: random.Random) -> Problem:
         release = rng.randint(0, 3)
         due = rng.randint(release + 1, HORIZON)
         runs = []
-        for q, pool in enumerate(pools):
+        for q in range(len(pools)):
             d = rng.randint(1, 2)
             runs.append(Run("pool", q, 1, d, d * GRID_S / 3600, rng.choice([1.0, 2.0, 4.0]), 0))
         for f, (_, prices, inc) in enumerate(rentals_spec):
