@@ -92,15 +92,15 @@ def _pool_offer(key: str, gpu: str, cards: int, currency: str) -> Offer:
                                  notes=None, currency=currency)  # fmt: skip
 
 
-def _allowed(space: Space, rows: np.ndarray, sc: Any, gpus: list[str] | None, n_rentals: int) -> np.ndarray:
-    """Rows the scenario's allow-lists admit (providers apply to rentals only)."""
+def _allowed(space: Space, rows: np.ndarray, sc: Any, gpus: list[str] | None) -> np.ndarray:
+    """Rows the allow-lists admit (providers apply to rentals only: owned and bought cards have no prices)."""
     c = space.cand
     ok = np.ones(rows.size, dtype=bool)
     for i, r in enumerate(rows):
         offer = space.offers[int(c.offer_idx[r])]
         if gpus is not None and offer.gpu not in gpus:
             ok[i] = False
-        if sc.allow.providers and int(c.offer_idx[r]) < n_rentals:
+        if sc.allow.providers and offer.prices:
             ok[i] &= offer.provider.lower() in {p.lower() for p in sc.allow.providers}
         if sc.allow.max_cards is not None and int(c.cards[r]) > sc.allow.max_cards:
             ok[i] = False
@@ -134,15 +134,14 @@ def job_space(path: Path, catalog: Catalog, pools: list[tuple[Offer, float]], pf
     sc = load_scenario(path)
     plan = sc.plan.model_copy(update={"term": None}) if getattr(sc.plan, "term", None) else sc.plan
     sc = sc.model_copy(update={"budget": None, "deadline_hours": None, "catalog": None, "plan": plan})
-    n_rentals = len(catalog.offers)
     both = dataclasses.replace(catalog, offers=[*catalog.offers, *(o for o, _ in pools)])
     arch = resolve_model(sc, both, path)
     job, offers, gpus, ev = enumerate_all(sc, both, arch, source)
     # pins may drop offers: map the kept offers back to rentals (first n_rentals) and pools
-    fx = [cost.fx_rate(catalog, o.currency, pf.currency, label) if o.prices else 1.0 for o in offers]
+    fx = [_rate(catalog, o.currency, pf.currency, label) if o.prices else 1.0 for o in offers]
     space = Space(job, sc, offers, gpus, pf.currency, fx, ev, np.zeros(len(ev)), [], len(ev), int(ev.fits.sum()),
                   accuracy={})  # fmt: skip
-    rows = _fewer_cards_win(space, _allowed(space, prune(ev), sc, canonical_allow(sc, both, source), n_rentals))
+    rows = _fewer_cards_win(space, _allowed(space, prune(ev), sc, canonical_allow(sc, both, source)))
     space.cand = ev.take(rows)
     c = space.cand
     durations = _durations(c.time["hours"], grid_s)
@@ -168,10 +167,19 @@ def job_space(path: Path, catalog: Catalog, pools: list[tuple[Offer, float]], pf
     return JobSpace(sc.name or path.stem, space, runs)
 
 
+def _rate(catalog: Catalog, base: str, quote: str, label: str) -> float:
+    """Exchange rate from an offer's currency to the portfolio's; a missing rate names the portfolio's currency."""
+    found = catalog.rate(base, quote)
+    if found is None:
+        raise InputError(label, "currency", f"no exchange rate {base}->{quote} in catalogs/fx.yaml for the {base} "
+                         f"offers; add one or use a {base} portfolio")  # fmt: skip
+    return float(found.rate)
+
+
 def _rentals(catalog: Catalog, currency: str, label: str, sizes: dict[int, set[int]]) -> list[Rental]:
     out = []
     for f, o in enumerate(catalog.offers):
-        rate = cost.fx_rate(catalog, o.currency, currency, label)
+        rate = _rate(catalog, o.currency, currency, label)
         prices = {t.value: p.amount * rate for t, p in o.prices.items()}
         out.append(Rental(o.id, o.gpu, prices, o.hour_increment_s, tuple(sorted(sizes.get(f, set())))))
     return out

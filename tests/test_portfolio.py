@@ -235,3 +235,18 @@ def test_the_shipped_example_validates_and_names_existing_scenarios():
     path = REPO / "portfolios" / "team-q1.yaml"
     pf = load_portfolio(path)
     assert all((path.parent / j.scenario).is_file() for j in pf.jobs)
+
+
+def test_an_occurrence_that_fits_nowhere_in_its_window_makes_the_portfolio_infeasible(folder: Path, run_cli):
+    jobs = [{"name": "rushed", "scenario": "big.yaml", "release_day": 0, "due_day": 0.001}]
+    res = run_cli("portfolio", write_portfolio(folder, jobs=jobs), "--json")
+    doc = json.loads(res.stdout)
+    assert (res.exit_code, doc["status"], doc["jobs"]) == (0, "infeasible", [])
+    assert doc["message"].startswith("rushed#0: no plan fits in memory and finishes inside its window")
+
+
+def test_offers_in_another_currency_need_an_exchange_rate(folder: Path, run_cli):
+    res = run_cli("portfolio", write_portfolio(folder, currency="XYZ"))
+    assert res.exit_code == 2
+    assert res.stderr.strip() == ("ftopt: error: " + str(folder / "portfolio.yaml") + ": currency: no exchange rate "
+                                  "CNY->XYZ in catalogs/fx.yaml for the CNY offers; add one or use a CNY portfolio")
