@@ -35,7 +35,8 @@ Constraints:
     (8) open[b] >= open[b+1] and open[b+1] => S_b <= S_{b+1}  for slots of one (f, K)   (symmetry)
     (9) redundant, for the relaxation: bill_b >= K_b x cover_f(p_o) use[o,b] for each member o (the block spans
         at least o), and bill_b >= rate_f sum_o k_o p_o use[o,b] (K_b x span >= the members' card-time by (4);
-        rate_f the offer's cheapest price per card-hour over its terms)
+        rate_f the offer's cheapest price per card-hour over its terms), and bill_b >= K_b rate_f (E_b - S_b)
+    (10) redundant, for bought pools: buy[q] >= k_o use[o], and sum_o k_o p_o use[o] <= H buy[q] (H the horizon)
 Objective: min sum_j s_j solo[j] + sum_o e_o use[o,none] + sum_q c_q buy[q]
                + sum_b (sum_t P_{b,t} n[b,t] + h[b])
 
@@ -43,16 +44,18 @@ Sharing. Jobs running in one block pay for the block's span, gaps included, so s
 month unit is cheaper than the hours it replaces; those offers get slots, and a shared block bills at least one
 such unit. Hours billed per increment are linear in cards and time, so sharing them saves nothing but the
 rounding of one increment per job (an hour on offers billed by the hour): that rounding is not shared (a stated
-restriction, which keeps the model small and provable; the oracle test states the same rule). Each (f, K) gets
-min(floor(n / 2), max_shared_blocks) slots, n the occurrences that can run on f with at most K cards: exact when
-the cap does not bind (every shared block carries two jobs or more, by (7)).
+restriction, which keeps the model small and provable; the oracle test states the same rule). Each (f, K) where
+sharing can pay at all (sharing_can_pay: an exact test comparing the cheapest possible block with the solo
+rentals it could replace) gets min(floor(n / 2), max_shared_blocks) slots, n the occurrences that can run on f
+with at most K cards: exact when the cap does not bind (every shared block carries two jobs or more, by (7)).
 
 Runs are pruned before the model: per (pool or offer, cards) the fastest configuration (space.prune: it is also the
 cheapest), and a card count is dropped when fewer cards on the same offer or pool run at least as fast. Solo
 rentals never interact with anything else, so only the cheapest one per occurrence enters the model.
 
 Status: OPTIMAL -> optimal; FEASIBLE (time limit) -> feasible with the proven lower bound; INFEASIBLE ->
-infeasible; UNKNOWN with no solution -> SolverLimitError.
+infeasible; UNKNOWN (stopped before a solution): the hint, every occurrence rented alone, as feasible with the
+bound of lower_bound() when every occurrence can be rented, else SolverLimitError.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from optimizer.errors import SolverLimitError
@@ -177,6 +181,34 @@ def solo_run(occ: Occurrence) -> int | None:
     return min(rents)[2] if rents else None
 
 
+def sharing_can_pay(problem: Problem, f: int, size: int, eligible: list[int]) -> bool:
+    """False when no block of ``size`` cards on rental ``f`` can cost less than renting its members alone.
+
+    A block whose span lies in ((d - 1) days, d days] costs at least size x max(P_long, rate_f x 24 (d - 1)), P_long
+    the offer's cheapest day/week/month unit and rate_f its cheapest price per card-hour; its members are eligible
+    occurrences whose windows meet the span, so their solo rentals cost at most W(d) = the largest sum of s_j over
+    the occurrences whose windows meet one span of d days. When W(d) <= that cost for every d, replacing any such
+    block by solo rentals is no dearer, and the slots are left out (exact).
+    """
+    if len(eligible) < 2:
+        return False
+    rental = problem.rentals[f]
+    long_price = min(rental.prices[t.value] for t in LONG_TERMS if t.value in rental.prices)
+    rate = min(price / TERM_HOURS[Term(t)] for t, price in rental.prices.items())
+    occ = [problem.occurrences[j] for j in eligible]
+    solo = np.array([o.runs[solo_run(o)].cost for o in occ])
+    release = np.array([o.release for o in occ], dtype=np.float64)
+    due = np.array([o.due for o in occ], dtype=np.float64)
+    day = 86_400 / problem.grid_s
+    for d in range(1, int(math.ceil(problem.horizon / day)) + 1):
+        span = d * day
+        starts = release - span + 0.5  # the sum of window indicators peaks just after some left end
+        meets = (release[None, :] < starts[:, None] + span) & (due[None, :] > starts[:, None])
+        if float((meets * solo[None, :]).sum(axis=1).max()) > size * max(long_price, rate * 24 * (d - 1)):
+            return True
+    return False
+
+
 def cover_price(rental: Rental, seconds: int) -> float:
     """Cheapest per-card bill covering ``seconds`` with the rental's terms (plain loops over long-term units)."""
     lengths = {t.value: TERM_HOURS[t] * 3600 for t in LONG_TERMS if t.value in rental.prices}
@@ -243,10 +275,13 @@ class _Model:
             if not rental.shareable:
                 continue
             for size in rental.sizes:
-                n = sum(any(r.kind == "rent" and r.where == f and r.cards <= size for r in occ.runs)
-                        for occ in self.p.occurrences)  # fmt: skip
+                eligible = [j for j, occ in enumerate(self.p.occurrences)
+                            if any(r.kind == "rent" and r.where == f and r.cards <= size
+                                   for r in occ.runs)]  # fmt: skip
+                if not sharing_can_pay(self.p, f, size, eligible):
+                    continue
                 previous: _Slot | None = None
-                for s in range(min(n // 2, cap)):
+                for s in range(min(len(eligible) // 2, cap)):
                     name = f"{f}_{size}_{s}"
                     slot = _Slot(f, size, self.m.new_bool_var(f"open_{name}"),
                                  self.m.new_int_var(0, horizon, f"S_{name}"),
@@ -299,7 +334,7 @@ class _Model:
 
     def _occurrences(self) -> None:
         # solo[j], use[o,b], iv[o,b]; (1) each occurrence runs exactly once; (3) shared runs inside their slot
-        self.pool_members: dict[int, list[tuple[cp_model.IntervalVar, int]]] = {}
+        self.pool_members: dict[int, list[tuple[cp_model.IntervalVar, int, cp_model.IntVar, int]]] = {}
         for j, occ in enumerate(self.p.occurrences):
             self.choice[j] = []
             solo = solo_run(occ)
@@ -309,7 +344,8 @@ class _Model:
             for o, run in enumerate(occ.runs):
                 if run.kind == "pool":
                     iv = self._interval(j, o, None, run, occ)
-                    self.pool_members.setdefault(run.where, []).append((iv, run.cards))
+                    use = self.choice[j][-1][2]
+                    self.pool_members.setdefault(run.where, []).append((iv, run.cards, use, run.duration))
                     self.cost_terms.append((up(run.cost), self.choice[j][-1][2]))
                     continue
                 for b, slot in enumerate(self.slots):
@@ -325,9 +361,15 @@ class _Model:
             self.m.add_exactly_one(uses)
 
     def _capacity(self) -> None:
-        # (2) pool capacity over time; (4) slot capacity; (7) a shared block carries two jobs or more
+        # (2) pool capacity over time, with (10) its redundant linear forms for the relaxation: a run needs its
+        # cards (buy[q] >= k_o use[o]) and all runs fit in the pool's card-time (sum k_o p_o use[o] <= buy[q] H);
+        # (4) slot capacity; (7) a shared block carries two jobs or more
         for q, members in sorted(self.pool_members.items()):
-            self.m.add_cumulative([iv for iv, _ in members], [k for _, k in members], self.buy[q])
+            self.m.add_cumulative([iv for iv, *_ in members], [k for _, k, *_ in members], self.buy[q])
+            if not self.p.pools[q].owned:
+                for _, k, use, _ in members:
+                    self.m.add(self.buy[q] >= k * use)
+                self.m.add(sum(k * p * use for _, k, use, p in members) <= self.p.horizon * self.buy[q])
         for slot in self.slots:
             self.m.add_cumulative([iv for *_, iv in slot.members], [self.p.occurrences[j].runs[o].cards
                                                                      for j, o, _, _ in slot.members], slot.cards)
@@ -348,13 +390,31 @@ class _Model:
             self.m.add(bill >= int(own * MONEY) * use)
             work.append(int(rate * run.cards * run.duration * hours * MONEY) * use)
         self.m.add(bill >= sum(work))
+        self.m.add(3600 * bill >= int(slot.cards * rate * self.p.grid_s * MONEY) * (slot.end - slot.start))
 
-    def hint_solo(self) -> None:
-        """Hint: every occurrence on its cheapest solo rental (the never-worse baseline), nothing bought."""
-        for var in self.solo.values():
-            self.m.add_hint(var, 1)
-        for var in self.buy:
+    def hint(self, plan: tuple[list[int | None], list[int], list[int]] | None) -> None:
+        """A complete hint from greedy(): each occurrence rented alone or on a pool at a start, cards bought.
+
+        None (some occurrence has no rental and the greedy placed nothing): CP-SAT searches from scratch.
+        """
+        if plan is None:
+            return
+        runs, starts, bought = plan
+        for j, choices in self.choice.items():
+            if j in self.solo:
+                self.m.add_hint(self.solo[j], int(runs[j] == solo_run(self.p.occurrences[j])
+                                                  and self.p.occurrences[j].runs[runs[j]].kind == "rent"))
+            for o, b, use in choices:
+                on = b is None and o == runs[j] and self.p.occurrences[j].runs[o].kind == "pool"
+                self.m.add_hint(use, int(on))
+                self.m.add_hint(self.starts[(j, o, b)], starts[j] if on else self.p.occurrences[j].release)
+        for q, var in enumerate(self.buy):
             if not isinstance(var, int):
+                self.m.add_hint(var, bought[q])
+        for slot in self.slots:
+            owned = (slot.open, slot.start, slot.end, *slot.units.values(), *(v for _, v in slot.cost))
+            zero = {v.index: v for v in owned}  # n[b,t] appear in units and in cost
+            for var in zero.values():
                 self.m.add_hint(var, 0)
 
 
@@ -367,19 +427,107 @@ def solve(problem: Problem, settings: Settings = DEFAULT_SETTINGS) -> Schedule:
     if missing:
         return Schedule(Status.infeasible)
     model = _Model(problem, settings)
-    model.hint_solo()
+    plan = greedy(problem)
+    model.hint(plan)
     model.m.minimize(sum(c * v for c, v in model.cost_terms))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = settings.time_limit_s
     solver.parameters.num_workers = settings.workers
     solver.parameters.random_seed = settings.seed
     status = status_of(solver.solve(model.m))
+    if status is None and plan is not None:
+        return _from_plan(problem, plan)
     if status is None:
         raise SolverLimitError(f"CP-SAT found no schedule within the {settings.time_limit_s:g} s time limit; "
                                "raise --time-limit")  # fmt: skip
     if status is Status.infeasible:
         return Schedule(Status.infeasible)
     return _read(model, solver, status)
+
+
+def lower_bound(problem: Problem) -> float:
+    """A valid lower bound without search: each occurrence costs at least its cheapest way to run.
+
+    Solo rental s_j, a pool run's electricity e_o (capital >= 0), or a shared run's share of its block, at least
+    rate_f x k_o x hours (constraint (9)).
+    """
+    total = 0.0
+    for occ in problem.occurrences:
+        cheapest = math.inf
+        for run in occ.runs:
+            if run.kind == "pool":
+                cheapest = min(cheapest, run.cost)
+            else:
+                rental = problem.rentals[run.where]
+                rate = min(price / TERM_HOURS[Term(t)] for t, price in rental.prices.items())
+                share = rate * run.cards * run.duration * problem.grid_s / 3600 if rental.shareable else run.cost
+                cheapest = min(cheapest, share, run.cost)
+        total += cheapest
+    return total
+
+
+def _from_plan(problem: Problem, plan: tuple[list[int | None], list[int], list[int]]) -> Schedule:
+    """The greedy hint itself, when CP-SAT stops before reporting a solution (feasible, bound from lower_bound)."""
+    runs, starts, bought = plan
+    total = _plan_cost(problem, runs, bought)
+    return Schedule(Status.feasible, total, lower_bound(problem), list(runs), list(starts), list(bought), [])
+
+
+def _plan_cost(problem: Problem, runs: list[int | None], bought: list[int]) -> float:
+    total = sum(n * pool.card_cost for n, pool in zip(bought, problem.pools, strict=True))
+    return total + sum(occ.runs[r].cost for occ, r in zip(problem.occurrences, runs, strict=True) if r is not None)
+
+
+def _earliest(spans: list[tuple[int, int, int]], capacity: int, run: Run, occ: Occurrence) -> int | None:
+    """Earliest start in the window where ``run`` fits beside ``spans`` (start, end, cards) on ``capacity`` cards."""
+    for t in sorted({occ.release, *(e for _, e, _ in spans if occ.release <= e)}):
+        if t + run.duration > occ.due:
+            return None
+        points = [t, *(s for s, _, _ in spans if t < s < t + run.duration)]
+        if all(run.cards + sum(k for s, e, k in spans if s <= p < e) <= capacity for p in points):
+            return t
+    return None
+
+
+def greedy(problem: Problem) -> tuple[list[int | None], list[int], list[int]] | None:
+    """A cheap feasible schedule for the hint (nothing shared).
+
+    For no purchase and for each count of cards of each buy option, occurrences in release order go to the cheaper
+    of their solo rental and the earliest fitting pool run; the cheapest total is kept. None when some occurrence
+    fits nowhere that way.
+    """
+    configs = [[0] * len(problem.pools)]
+    for q, pool in enumerate(problem.pools):
+        configs += [[m if i == q else 0 for i in range(len(problem.pools))] for m in range(1, pool.cards + 1)
+                    if not pool.owned]  # fmt: skip
+    best = None
+    order = sorted(range(len(problem.occurrences)), key=lambda j: (problem.occurrences[j].release, j))
+    for bought in configs:
+        spans: dict[int, list[tuple[int, int, int]]] = {}
+        runs: list[int | None] = [None] * len(problem.occurrences)
+        starts = [occ.release for occ in problem.occurrences]
+        for j in order:
+            occ = problem.occurrences[j]
+            solo = solo_run(occ)
+            choice = (occ.runs[solo].cost, solo, occ.release) if solo is not None else None
+            for o, run in enumerate(occ.runs):
+                if run.kind != "pool" or (choice is not None and run.cost >= choice[0]):
+                    continue
+                pool = problem.pools[run.where]
+                t = _earliest(spans.get(run.where, []), pool.cards if pool.owned else bought[run.where], run, occ)
+                if t is not None:
+                    choice = (run.cost, o, t)
+            if choice is None:
+                break
+            runs[j], starts[j] = choice[1], choice[2]
+            run = occ.runs[choice[1]]
+            if run.kind == "pool":
+                spans.setdefault(run.where, []).append((choice[2], choice[2] + run.duration, run.cards))
+        else:
+            cost = _plan_cost(problem, runs, bought)
+            if best is None or cost < best[0]:
+                best = (cost, runs, starts, bought)
+    return None if best is None else best[1:]
 
 
 def _read(model: _Model, solver: cp_model.CpSolver, status: Status) -> Schedule:

@@ -341,8 +341,8 @@ def plan_portfolio(path: str | Path, settings: Settings = DEFAULT_SETTINGS, grid
     jobs, rentals, parts = _account(pf, problem, spaces, labels, sched)
     purchases = [{"gpu": p.gpu, "cards": n, "price": round(n * pf.buy[q - len(pf.owned)].price, 2)}
                  for q, (p, n) in enumerate(zip(problem.pools, sched.bought, strict=True)) if not p.owned and n]
-    money = {"total": round(sum(parts.values()), 2), "currency": pf.currency,
-             **{k: round(v, 2) for k, v in parts.items()}}  # fmt: skip
+    money = {"total": round(float(sum(parts.values())), 2), "currency": pf.currency,
+             **{k: round(float(v), 2) for k, v in parts.items()}}  # fmt: skip
     bound = round(sched.bound, 2) if sched.bound is not None else None
     return PortfolioResult(pf.name, pf.currency, pf.horizon_days, sched.status.value, bound, money, purchases, jobs,
                            rentals, _utilisation(pf, problem, sched), be)  # fmt: skip
