@@ -16,7 +16,7 @@ from functools import cache
 
 import pytest
 
-from optimizer.portfolio import Occurrence, Pool, Problem, Rental, Run, solve
+from optimizer.portfolio import Occurrence, Pool, Problem, Rental, Run, Schedule, Settings, greedy, lower_bound, solve
 from optimizer.schema import Status
 
 GRID_S = 6 * 3600  # six hours per grid unit
@@ -215,3 +215,31 @@ def test_model_optimum_matches_the_exhaustive_oracle(seed):
     # the model's coefficients are rounded up to 1/10,000 of the currency: a few such units per term at most
     assert abs(float(got - expected)) <= 0.01, (float(got), float(expected))
     assert abs(schedule.objective - float(expected)) <= 0.01
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_greedy_hint_is_feasible_and_the_quick_bound_is_below_the_optimum(seed):
+    problem = random_problem(random.Random(seed))
+    expected = oracle(problem)
+    plan = greedy(problem)
+    if expected is None:
+        assert plan is None
+        return
+    assert lower_bound(problem) <= float(expected) + 1e-9
+    if plan is not None:  # every occurrence placed: the oracle prices it (and checks windows and capacity)
+        runs, starts, bought = plan
+        hinted = evaluate(problem, Schedule(Status.feasible, None, None, runs, starts, bought, []))
+        assert hinted >= expected
+
+
+@pytest.mark.parametrize("seed", [3, 10, 12])
+def test_cp_sat_stopping_before_any_solution_still_answers_with_the_hint_and_a_valid_bound(seed, monkeypatch):
+    import optimizer.portfolio as portfolio
+
+    monkeypatch.setattr(portfolio, "status_of", lambda code: None)  # as if the time limit struck before a solution
+    problem = random_problem(random.Random(seed))
+    schedule = solve(problem, Settings(time_limit_s=1))
+    expected = oracle(problem)
+    assert schedule.status is Status.feasible
+    assert schedule.bound <= float(expected) + 1e-9 <= schedule.objective + 1e-9
+    assert evaluate(problem, schedule) == pytest.approx(schedule.objective)
