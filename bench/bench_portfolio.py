@@ -32,23 +32,56 @@ BUY = {"gpu": "RTX-4090", "price": 16000, "life_years": 5, "resale_fraction": 0.
 def ten_jobs() -> dict:
     jobs = [{"name": p.stem, "scenario": str(p), "release_day": 7 * i, "due_day": 7 * i + 20}
             for i, p in enumerate(SCENARIOS[:10])]  # fmt: skip
-    return {"name": "ten-jobs", "currency": "CNY", "horizon_days": 90, "jobs": jobs, "catalog": "cn",
-            "owned": [{"gpu": "RTX-4090", "cards": 1, "power_w": 450}], "buy": [BUY], "electricity_per_kwh": 0.8}
+    return {
+        "name": "ten-jobs",
+        "currency": "CNY",
+        "horizon_days": 90,
+        "jobs": jobs,
+        "catalog": "cn",
+        "owned": [{"gpu": "RTX-4090", "cards": 1, "power_w": 450}],
+        "buy": [BUY],
+        "electricity_per_kwh": 0.8,
+    }
 
 
 def daily() -> dict:
     job = {"name": "daily", "scenario": str(REPO / "scenarios" / "7b-lora.yaml"), "release_day": 0, "due_day": 1,
            "repeat": {"every_days": 1, "count": 182}}  # fmt: skip
-    return {"name": "daily-182", "currency": "CNY", "horizon_days": 182, "jobs": [job], "catalog": "cn",
-            "buy": [BUY], "electricity_per_kwh": 0.8}
+    return {
+        "name": "daily-182",
+        "currency": "CNY",
+        "horizon_days": 182,
+        "jobs": [job],
+        "catalog": "cn",
+        "buy": [BUY],
+        "electricity_per_kwh": 0.8,
+    }
 
 
-MONTHLY_OFFERS = {"schema_version": 1, "currency": "CNY", "offers": [
-    {"id": "stress-4090-month", "provider": "Stress", "gpu": "RTX-4090", "cards_per_node": 8, "hour_increment_s": 1,
-     "prices": {"hour": {"amount": 3.0, "source": "made up for the stress case", "as_of": "2026-12-01"},
-                "month": {"amount": 600.0, "source": "made up for the stress case", "as_of": "2026-12-01"}}},
-    {"id": "stress-a100-hour", "provider": "Stress", "gpu": "A100-80G", "cards_per_node": 8,
-     "prices": {"hour": {"amount": 6.0, "source": "made up for the stress case", "as_of": "2026-12-01"}}}]}
+MONTHLY_OFFERS = {
+    "schema_version": 1,
+    "currency": "CNY",
+    "offers": [
+        {
+            "id": "stress-4090-month",
+            "provider": "Stress",
+            "gpu": "RTX-4090",
+            "cards_per_node": 8,
+            "hour_increment_s": 1,
+            "prices": {
+                "hour": {"amount": 3.0, "source": "made up for the stress case", "as_of": "2026-12-01"},
+                "month": {"amount": 600.0, "source": "made up for the stress case", "as_of": "2026-12-01"},
+            },
+        },
+        {
+            "id": "stress-a100-hour",
+            "provider": "Stress",
+            "gpu": "A100-80G",
+            "cards_per_node": 8,
+            "prices": {"hour": {"amount": 6.0, "source": "made up for the stress case", "as_of": "2026-12-01"}},
+        },
+    ],
+}
 
 
 def daily_shared() -> dict:

@@ -333,14 +333,20 @@ def plan_portfolio(path: str | Path, settings: Settings = DEFAULT_SETTINGS, grid
     empty = next((labels[j] for j, occ in enumerate(problem.occurrences) if not occ.runs), None)
     sched = solve(problem, settings) if empty is None else Schedule(Status.infeasible)
     if sched.status is Status.infeasible:
-        why = (f"{empty}: no plan fits in memory and finishes inside its window" if empty else
-               "the owned and buyable cards cannot carry the jobs that only they can run inside their windows")
+        why = (
+            f"{empty}: no plan fits in memory and finishes inside its window"
+            if empty
+            else "the owned and buyable cards cannot carry the jobs that only they can run inside their windows"
+        )
         return PortfolioResult(pf.name, pf.currency, pf.horizon_days, "infeasible", None,
                                {"total": None, "currency": pf.currency, "rent": None, "capital": None, "power": None},
                                [], [], [], [], be, why)  # fmt: skip
     jobs, rentals, parts = _account(pf, problem, spaces, labels, sched)
-    purchases = [{"gpu": p.gpu, "cards": n, "price": round(n * pf.buy[q - len(pf.owned)].price, 2)}
-                 for q, (p, n) in enumerate(zip(problem.pools, sched.bought, strict=True)) if not p.owned and n]
+    purchases = [
+        {"gpu": p.gpu, "cards": n, "price": round(n * pf.buy[q - len(pf.owned)].price, 2)}
+        for q, (p, n) in enumerate(zip(problem.pools, sched.bought, strict=True))
+        if not p.owned and n
+    ]
     money = {"total": round(float(sum(parts.values())), 2), "currency": pf.currency,
              **{k: round(float(v), 2) for k, v in parts.items()}}  # fmt: skip
     bound = round(sched.bound, 2) if sched.bound is not None else None

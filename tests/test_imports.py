@@ -26,7 +26,7 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
     "catalog": 2, "engines": 3, "activations": 2,
     "memory": 3, "timing": 3, "cost": 3,
     "space": 4, "uncertainty": 4,
-    "solver": 5, "validator": 5, "portfolio": 6,
+    "solver": 5, "validator": 5, "portfolio_problem": 5, "portfolio": 6,
     "explain": 6,
     "planner": 7,
     "pareto": 8, "batch": 8, "portfolio_plan": 8,

@@ -147,8 +147,13 @@ def test_costs_add_up_from_the_parts(mixed):
                                  PRICES[r["offer"]]["hour"] * UNIT_HOURS[t])
                for r in result.rentals for t, n in r["units"].items())  # fmt: skip
     opt = doc["buy"][0]
-    capital = sum(p["cards"] for p in result.purchases) * opt["price"] * (1 - opt["resale_fraction"]) * 30 / (
-        365 * opt["life_years"])
+    capital = (
+        sum(p["cards"] for p in result.purchases)
+        * opt["price"]
+        * (1 - opt["resale_fraction"])
+        * 30
+        / (365 * opt["life_years"])
+    )
     local = [j for j in result.jobs if j["where"] in ("owned", "bought")]
     power = sum(j["cards"] * (j["end_hours"] - j["start_hours"]) * 450 / 1000 * 0.8 for j in local)
     c = result.cost
@@ -248,5 +253,7 @@ def test_an_occurrence_that_fits_nowhere_in_its_window_makes_the_portfolio_infea
 def test_offers_in_another_currency_need_an_exchange_rate(folder: Path, run_cli):
     res = run_cli("portfolio", write_portfolio(folder, currency="XYZ"))
     assert res.exit_code == 2
-    assert res.stderr.strip() == ("ftopt: error: " + str(folder / "portfolio.yaml") + ": currency: no exchange rate "
-                                  "CNY->XYZ in catalogs/fx.yaml for the CNY offers; add one or use a CNY portfolio")
+    assert res.stderr.strip() == (
+        "ftopt: error: " + str(folder / "portfolio.yaml") + ": currency: no exchange rate "
+        "CNY->XYZ in catalogs/fx.yaml for the CNY offers; add one or use a CNY portfolio"
+    )
