@@ -257,3 +257,9 @@ def test_offers_in_another_currency_need_an_exchange_rate(folder: Path, run_cli)
         "ftopt: error: " + str(folder / "portfolio.yaml") + ": currency: no exchange rate "
         "CNY->XYZ in catalogs/fx.yaml for the CNY offers; add one or use a CNY portfolio"
     )
+
+
+def test_the_same_portfolio_gives_byte_identical_json(folder: Path, run_cli):
+    path = write_portfolio(folder, owned=[{"gpu": "RTX-4090", "cards": 1, "power_w": 450}], electricity_per_kwh=0.8)
+    first, second = run_cli("portfolio", path, "--json"), run_cli("portfolio", path, "--json")
+    assert first.exit_code == 0 and first.stdout == second.stdout
