@@ -14,6 +14,7 @@ from rich.console import Console
 
 from optimizer import report, report_batch, report_catalog, report_front
 from optimizer.catalog import load_catalog
+from optimizer.cli_portfolio import portfolio as portfolio_command
 from optimizer.errors import FtoptError
 from optimizer.planner import Overrides, estimate_scenario, solve_scenario
 from optimizer.schema import Checkpointing, Objective, Offload, Precision
@@ -240,7 +241,7 @@ def models_list(as_json: bool) -> None:
         report.console().print(report_catalog.model_table(rows))
 
 
-cli.add_command(__import__("optimizer.cli_portfolio", fromlist=["portfolio"]).portfolio)
+cli.add_command(portfolio_command)
 
 
 def main(argv: list[str] | None = None) -> None:

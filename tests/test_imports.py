@@ -36,6 +36,7 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
 SAME_LAYER = {
     ("schema_catalog", "schema"), ("schema_plan", "schema"), ("schema_portfolio", "schema"),
     ("timing", "memory"), ("batch", "pareto"), ("report_front", "report"), ("report_portfolio", "report"),
+    ("cli", "cli_portfolio"),
 }  # fmt: skip
 TERMINAL = {"click", "rich"}  # user-interface libraries: report modules and cli only
 
