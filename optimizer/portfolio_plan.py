@@ -204,8 +204,13 @@ def build_problem(path: str | Path, grid_s: int = 1) -> tuple[Portfolio, Catalog
         pools.append((_pool_offer(f"bought-{i}", gpu, opt.max_cards, pf.currency), opt.power_w))
         share = opt.price * (1.0 - opt.resale_fraction) * pf.horizon_days / (YEAR_DAYS * opt.life_years)
         pool_info.append(Pool(gpu, False, opt.max_cards, share))
-    spaces = [job_space(_scenario_file(j.scenario, base, source, f"jobs[{i}].scenario"), catalog, pools, pf, grid_s,
-                        source) for i, j in enumerate(pf.jobs)]  # fmt: skip
+    by_file: dict[Path, JobSpace] = {}  # jobs naming the same scenario share its space
+    spaces = []
+    for i, j in enumerate(pf.jobs):
+        scenario = _scenario_file(j.scenario, base, source, f"jobs[{i}].scenario")
+        if scenario.resolve() not in by_file:
+            by_file[scenario.resolve()] = job_space(scenario, catalog, pools, pf, grid_s, source)
+        spaces.append(by_file[scenario.resolve()])
     occurrences: list[Occurrence] = []
     sizes: dict[int, set[int]] = {}
     labels = []
