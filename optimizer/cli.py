@@ -15,6 +15,7 @@ from rich.console import Console
 from optimizer import report, report_batch, report_catalog, report_front
 from optimizer.catalog import load_catalog
 from optimizer.cli_measure import calibrate_command, probe_command
+from optimizer.cli_portfolio import portfolio as portfolio_command
 from optimizer.errors import FtoptError
 from optimizer.planner import Overrides, estimate_scenario, solve_scenario
 from optimizer.schema import Checkpointing, Objective, Offload, Precision
@@ -255,6 +256,7 @@ def models_list(as_json: bool) -> None:
 
 cli.add_command(calibrate_command)
 cli.add_command(probe_command)
+cli.add_command(portfolio_command)
 
 
 def main(argv: list[str] | None = None) -> None:
