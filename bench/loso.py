@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 from optimizer import planner, space  # noqa: E402
 from optimizer.catalog import load_catalog, resolve_model  # noqa: E402
 from optimizer.models import timing  # noqa: E402
-from optimizer.models.uncertainty import ratio_quantiles  # noqa: E402
+from optimizer.models.uncertainty import ratio_quantiles, time_band  # noqa: E402
 from optimizer.schema import PlanPins  # noqa: E402
 from optimizer.yamlio import validate  # noqa: E402
 
@@ -66,25 +66,33 @@ NETWORK = {
     ("fms-fsdp", "A100-80G"): (6.25, "README: 'A100 80G: 128 GPUs with 400 Gbps' read as per node"),
     ("fms-fsdp", "H100-SXM"): (12.5, "README: 'H100: 96 GPUs with 800 Gbps' read as per node"),
 }
-# Fitted constants: (path in calibration ``timing``, prior). Efficiencies share one prior, their geometric mean
-# (``eta0``, free); factors are pulled towards 1; the host link towards its structural prior (a host-staged copy
-# crosses PCIe twice: 0.7 / 2).
+# Fitted constants: (path in calibration ``timing``, prior). Efficiencies are pulled towards one shared value (``eta0``,
+# free), except ada towards ampere: both issue the same warp-level mma.sync tensor-core instructions and run the same
+# kernels (cuBLAS, flash-attn 2), while Hopper reaches its peak only with wgmma/TMA kernels (FlashAttention-3 paper,
+# arXiv 2407.08608, section 1). Factors are pulled towards 1; the host link towards its structural prior (a
+# host-staged copy crosses PCIe twice: 0.7 / 2); M_half towards its initial value.
 FIT = (
     ("efficiency.volta", "eta0"),
     ("efficiency.ampere", "eta0"),
-    ("efficiency.ada", "eta0"),
+    ("efficiency.ada", "efficiency.ampere"),
     ("efficiency.hopper", "eta0"),
     ("framework_factor.torchtune", 1.0),
     ("framework_factor.nemo", 1.0),
     ("link_efficiency.host", 0.35),
     ("saturation_tokens", 1024.0),
 )
+START_ETA = 0.5  # starting efficiency of every architecture (formulas.md Part II section 4.2 priors span 0.35-0.65)
 PRIOR_WEIGHT = 1.0  # a constant's distance from its prior (log) weighs as much as one case's log error
 ITERATIONS = 12
 # Architectures without a case take a fitted one scaled by the ratio of their maximum achievable matmul FLOPS share
 # (formulas.md Part II section 1.2: B200 0.776, MI300X 0.514, H100 0.803).
 DERIVED_ARCH = {"blackwell": ("hopper", 0.776 / 0.803), "cdna3": ("hopper", 0.514 / 0.803)}
 BEGIN, END = "<!-- loso-table:begin -->", "<!-- loso-table:end -->"
+# Groups of plans whose time error differs (calibration.yaml accuracy.time_groups), first match wins; a group with
+# fewer than MIN_GROUP cases is not kept (its plans take the overall band).
+GROUPS = ({"precision": "fp8"}, {"framework": "nemo"}, {"framework": "torchtune"}, {"framework": "hf"})
+MIN_GROUP = 6
+CALIBRATION = REPO / "catalogs" / "calibration.yaml"
 
 
 @dataclass
@@ -211,15 +219,16 @@ def _with(base: dict[str, Any], theta: np.ndarray, digits: int | None = None) ->
 def _residuals(theta: np.ndarray, cases: list[Case], base: dict[str, Any]) -> np.ndarray:
     consts = _with(base, theta)
     errors = [math.log(c.predict(consts) / c.published) for c in cases]
-    priors = [math.sqrt(PRIOR_WEIGHT) * (v - (theta[-1] if p == "eta0" else math.log(p)))
+    index = {path: i for i, (path, _) in enumerate(FIT)} | {"eta0": len(FIT)}
+    priors = [math.sqrt(PRIOR_WEIGHT) * (v - (theta[index[p]] if isinstance(p, str) else math.log(p)))
               for (_, p), v in zip(FIT, theta, strict=False)]  # fmt: skip
     return np.array(errors + priors)
 
 
 def fit(cases: list[Case], base: dict[str, Any]) -> dict[str, Any]:
     """Gauss-Newton (Levenberg damping) on log(predicted / published) over ``cases`` with a pull to the priors."""
-    start = [math.log(_get(base, path)) for path, _ in FIT]
-    theta = np.array([*start, float(np.mean(start[:4]))])
+    start = [math.log(START_ETA if isinstance(p, str) else p) for _, p in FIT]  # the priors, not the file's values
+    theta = np.array([*start, math.log(START_ETA)])
     step = 1e-4
     damping = 1e-3
     for _ in range(ITERATIONS):
@@ -287,6 +296,85 @@ def markdown(rows: list[Row], title: str = "leave-one-source-out") -> str:
     return "\n".join(lines)
 
 
+def _band_of(case: Case, accuracy: dict[str, Any]) -> dict[str, Any]:
+    """The band uncertainty.time_band gives a plan like the case's."""
+    return time_band(accuracy, case.framework, case.precision, case.nodes)
+
+
+def time_accuracy(rows: list[Row]) -> dict[str, Any]:
+    """calibration.yaml ``accuracy.time`` (all cases) and ``accuracy.time_groups`` from the LOSO ratios.
+
+    Groups are tried in ``GROUPS`` order; a group is kept when at least ``MIN_GROUP`` of the cases not taken by an
+    earlier kept group match it, and its percentiles are those of exactly the cases time_band would give it.
+    """
+    kept: list[dict[str, Any]] = []
+    for group in GROUPS:
+        trial = {"time": {}, "time_groups": [*kept, group]}
+        members = [r.ratio for r in rows if _band_of(r.case, trial) is group]
+        if len(members) >= MIN_GROUP:
+            kept.append({**group, **ratio_quantiles(members)})
+    return {"time": ratio_quantiles([r.ratio for r in rows]), "time_groups": kept}
+
+
+def coverage(rows: list[Row], accuracy: dict[str, Any]) -> float:
+    """Share of cases whose published figure lies inside the p10-p90 band (uncertainty.time_band) of their LOSO
+    prediction."""
+    inside = [_band_of(r.case, accuracy)["ratio_p10"] <= r.ratio <= _band_of(r.case, accuracy)["ratio_p90"]
+              for r in rows]  # fmt: skip
+    return sum(inside) / len(rows)
+
+
+def memory_ratios() -> list[float]:
+    """measured / predicted peak of the memory cases held out from the memory model's fitting.
+
+    tests/memory_reference_cases.py owns the memory cases and their split; its ``loso_ratios`` is used when the
+    memory model provides one (leave-one-source-out), else ``heldout_ratios``.
+    """
+    from tests import memory_reference_cases as mem
+
+    results = mem.evaluate_all()
+    return getattr(mem, "loso_ratios", mem.heldout_ratios)(results)
+
+
+def _flow(d: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in d.items()) + "}"
+
+
+def accuracy_section(memory: dict[str, Any], time: dict[str, Any]) -> str:
+    """The ``accuracy:`` section of calibration.yaml, comments included (written by ``--write``)."""
+    lines = [
+        "accuracy:",
+        "  # Out-of-sample accuracy of the models: 10th, 50th and 90th percentile (numpy linear interpolation) of",
+        "  # measured / predicted over reference cases the model was not fitted to. optimizer/models/uncertainty.py",
+        "  # scales each plan's memory and compute time by ratio_p10 and ratio_p90. Written by `python bench/loso.py",
+        "  # --write` (deterministic); tests/test_uncertainty*.py recompute every figure.",
+        "  # memory: measured / predicted peak, tests/memory_reference_cases.py (held-out / leave-one-source-out)",
+        f"  memory: {_flow(memory)}",
+        "  # time: predicted / published tokens/s (= real / predicted compute time) of every case of",
+        "  #   throughput_cases.yaml and throughput_cases_2.yaml, each predicted with constants fitted on the OTHER",
+        "  #   sources (leave-one-source-out, bench/loso.py); time_groups: the same per group of plans (first match).",
+        f"  time: {_flow(time['time'])}",
+        "  time_groups:",
+        *[f"    - {_flow(g)}" for g in time["time_groups"]],
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_calibration(consts: dict[str, Any], memory: dict[str, Any], time: dict[str, Any]) -> None:
+    """Write the fitted timing constants and the accuracy section into calibration.yaml (comments kept)."""
+    text = CALIBRATION.read_text()
+    eff = consts["efficiency"]
+    text = re.sub(r"(?m)^(  efficiency: )\{[^}]*\}", lambda m: m.group(1) + _flow(eff), text)
+    ff = consts["framework_factor"]
+    text = re.sub(r"(?m)^(  framework_factor: )\{[^}]*\}", lambda m: m.group(1) + _flow(ff), text)
+    host = str(consts["link_efficiency"]["host"])
+    text = re.sub(r"(?m)^(  link_efficiency: \{.*host: )[0-9.e+-]+", lambda m: m.group(1) + host, text)
+    tokens = str(consts["saturation_tokens"])
+    text = re.sub(r"(?m)^(  saturation_tokens: )[0-9.e+-]+", lambda m: m.group(1) + tokens, text)
+    head = text[: text.index("\naccuracy:") + 1]
+    CALIBRATION.write_text(head + accuracy_section(memory, time))
+
+
 def write_doc(doc: Path, table: str) -> None:
     """Replace the text between the LOSO-table markers of ``doc``."""
     text = doc.read_text()
@@ -302,11 +390,16 @@ def main() -> None:
     base = load_catalog(None).calibration["timing"]
     cases = load_cases()
     rows = loso(cases, base)
+    accuracy = time_accuracy(rows)
     table = markdown(rows)
     print(table)
-    print(f"\nLOSO ratios: {ratio_quantiles([r.ratio for r in rows])}")
+    print(f"\ntime accuracy (LOSO): {accuracy}\ncoverage of the p10-p90 bands: {coverage(rows, accuracy):.1%}")
     if args.doc:
         write_doc(args.doc, table)
+    if args.write:
+        consts = fit([c for c in cases if c.fit], base)
+        write_calibration(consts, ratio_quantiles(memory_ratios()), accuracy)
+        print(f"wrote {CALIBRATION.relative_to(REPO)}")
 
 
 if __name__ == "__main__":

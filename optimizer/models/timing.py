@@ -120,16 +120,34 @@ def compute_efficiency(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str
     return hw.efficiency * framework * method * gemm_fill(job, cfg, consts)
 
 
+def attention_efficiency(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
+    """Fraction of the bf16 peak reached by the attention kernels, (n,).
+
+    Engines listed in ``fused_attention_engines`` (Megatron-Core with Transformer Engine: cuDNN fused attention)
+    run FlashAttention-3-class kernels, the others PyTorch SDPA / flash-attn 2 kernels (catalog figures per GPU
+    architecture, ``attention_efficiency``, via space.hardware). Where the catalog has no figure the GEMM
+    efficiency stands in. A fused engine without its own figure uses the FlashAttention-2 one.
+    """
+    eta = compute_efficiency(job, cfg, hw, consts)
+    fa2 = np.where(np.isnan(hw.attention_efficiency), eta, hw.attention_efficiency)
+    if job.framework.value in consts.get("fused_attention_engines", []):
+        return np.where(np.isnan(hw.fused_attention_efficiency), fa2, hw.fused_attention_efficiency)
+    return fa2
+
+
 def compute_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
     """GEMM-bound seconds of one micro-batch on one GPU, (n,).
 
-    dense FLOPs x T / (t p) / (peak_prec x f_prec x eta) + attention FLOPs x T / (t p) / (peak_attn x eta) + fp8 casts.
+    T / (t p) x [F_dense / (peak_prec x f_prec x eta) + c F_attn / (peak_attn x eta_attn)] + fp8 casts.
     Low-precision recipes (Transformer Engine, torchao float8) run only the Linear layers in fp8; attention
-    (flash/cuDNN) stays in bf16, so it runs at the bf16 peak (``peak_attn``). f_prec (``precision_factor``) is the
-    share of the fp8 peak fp8 GEMMs reach relative to bf16 GEMMs' share of theirs: 0.709 / 0.803 = 0.883 on H100
-    (maximum achievable matmul FLOPS, formulas.md Part II section 1.2). Before each fp8 GEMM its input (forward)
-    and its output gradient (backward) are cast from bf16, memory-bound: ``fp8_cast_bytes`` per element (read 2 B,
-    write 1 B) over the linear layers' in + out features per token and layer / t, at HBM bandwidth.
+    (flash/cuDNN) stays in bf16, so it runs at the bf16 peak (``peak_attn``) and at the attention kernels'
+    efficiency eta_attn (:func:`attention_efficiency`); c is the executed share of the counted attention FLOPs
+    (:func:`executed_attention_share`). f_prec (``precision_factor``) is the share of the fp8 peak fp8 GEMMs reach
+    relative to bf16 GEMMs' share of theirs: 0.709 / 0.803 = 0.883 on H100 (maximum achievable matmul FLOPS,
+    formulas.md Part II section 1.2). Before its fp8 GEMMs each Linear scales and casts its input twice (X for the
+    forward, X^T for the weight gradient) and its output gradient once: ``fp8_cast_bytes`` per element (amax read
+    2 B, cast read 2 B and write 1 B, dynamic tensorwise scaling) over 2 x in + out features per token and layer,
+    / t, at HBM bandwidth.
     """
     a = job.arch
     tokens = (cfg.micro_batch * job.seq_len).astype(np.float64)
@@ -140,8 +158,11 @@ def compute_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, A
     fp8 = cfg.precision == _FP8
     attn_peak = np.where(fp8, hw.bf16_flops, hw.peak_flops)
     attn = attn * executed_attention_share(job, consts)
-    seconds = tokens / split * (dense / (hw.peak_flops * by_precision[cfg.precision]) + attn / attn_peak) / eta
-    features = a.layers * (9 * a.hidden + 2 * a.kv_width + 3 * a.intermediate * a.experts_per_token)
+    seconds = tokens / split * (dense / (hw.peak_flops * by_precision[cfg.precision] * eta)
+                                + attn / (attn_peak * attention_efficiency(job, cfg, hw, consts)))  # fmt: skip
+    kv, inter = 2 * a.kv_width, a.intermediate * a.experts_per_token
+    # 2 x in + out per Linear: q, o 3h each; k, v 2h + kv each; gate, up 2h + I each; down 2I + h
+    features = a.layers * (15 * a.hidden + kv + 4 * inter)
     cast = float(consts["fp8_cast_bytes"]) * features * tokens / split / hw.hbm_bytes_per_s
     return seconds + np.where(fp8, cast, 0.0)
 

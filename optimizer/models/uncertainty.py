@@ -40,13 +40,21 @@ from optimizer.schema_plan import CostBand, Estimate, MemoryBand, TimeBand, Unce
 QUANTILES = {"ratio_p10": 0.10, "ratio_p50": 0.50, "ratio_p90": 0.90}
 
 
-def ratio_quantiles(ratios: Sequence[float]) -> dict[str, float | int]:
-    """``cases`` and the 10th, 50th and 90th percentiles of measured / predicted ratios, rounded to 3 decimals."""
+def ratio_quantiles(ratios: Sequence[float], method: str = "linear") -> dict[str, float | int]:
+    """``cases`` and the 10th, 50th and 90th percentiles of measured / predicted ratios, to 3 decimals.
+
+    The 10th percentile is rounded down and the 90th up (the band never shrinks by rounding), the median to nearest.
+    ``method`` is numpy's quantile method: "linear" (the sample's own percentiles) or "weibull" (the k-th order
+    statistic at k = q (n + 1): the interval a new case falls in with probability 0.8, wider for small n).
+    """
     values = np.asarray(ratios, dtype=np.float64)
     if values.size == 0 or not np.isfinite(values).all() or (values <= 0).any():
         raise ValueError("ratios must be a non-empty list of positive finite numbers")
     out: dict[str, float | int] = {"cases": int(values.size)}
-    out.update({k: round(float(np.quantile(values, q)), 3) for k, q in QUANTILES.items()})
+    for key, q in QUANTILES.items():  # p10 rounded down and p90 up, so the band keeps the cases at its ends
+        thousandths = float(np.quantile(values, q, method=method)) * 1000.0
+        outward = {True: math.floor(thousandths + 1e-6), False: math.ceil(thousandths - 1e-6)}
+        out[key] = (outward[q < 0.5] if q != 0.5 else round(thousandths)) / 1000.0
     return out
 
 
