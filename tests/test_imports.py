@@ -24,7 +24,7 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
     "errors": 0, "schema": 0, "schema_catalog": 0, "schema_plan": 0, "atomic": 0,
     "yamlio": 1, "configs": 1, "launch": 1,
     "catalog": 2, "engines": 3, "activations": 2,
-    "memory": 3, "timing": 3, "cost": 3,
+    "memory": 3, "timing": 3, "cost": 3, "comm": 3,
     "space": 4, "uncertainty": 4,
     "solver": 5, "validator": 5,
     "explain": 6,
@@ -35,7 +35,7 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
 }  # fmt: skip
 SAME_LAYER = {
     ("schema_catalog", "schema"), ("schema_plan", "schema"),
-    ("timing", "memory"), ("batch", "pareto"), ("report_front", "report"),
+    ("timing", "memory"), ("timing", "comm"), ("comm", "memory"), ("batch", "pareto"), ("report_front", "report"),
 }  # fmt: skip
 TERMINAL = {"click", "rich"}  # user-interface libraries: report modules and cli only
 

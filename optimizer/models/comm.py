@@ -48,6 +48,21 @@ def ring_latency(n: np.ndarray, nodes: np.ndarray, factor: float, consts: Mappin
     return np.where(n > 1, factor * steps, 0.0)
 
 
+def allreduce_latency(n: np.ndarray, nodes: np.ndarray, consts: Mapping[str, Any]) -> np.ndarray:
+    """Latency of one all-reduce, seconds, (n,): the lower of the ring's and the tree's, as NCCL picks per size.
+
+    ring: :func:`ring_latency` with two passes. tree (NCCL's double binary tree across nodes, a chain inside each):
+    2 [(n / k - 1) alpha_intra + log2(k) alpha_net] for k > 1 nodes (NCCL src/graph/tuning.cc, tree latency
+    model). At hundreds of ranks the tree's log2 k network hops beat the ring's k.
+    """
+    lat = consts["collective_latency_s"]
+    k = np.maximum(nodes, 1).astype(np.float64)
+    per_node = n.astype(np.float64) / k
+    tree = 2.0 * ((per_node - 1.0) * float(lat["intra"]) + np.log2(k) * float(lat["network"]))
+    ring_s = ring_latency(n, nodes, 2.0, consts)
+    return np.where(nodes > 1, np.minimum(ring_s, tree), ring_s)
+
+
 def dp_nodes(cfg: Configs, hw: Hardware) -> np.ndarray:
     """Nodes a data-parallel group spans: all of the job's nodes (its ranks are spread over them), at most d."""
     return np.minimum(hw.nodes, cfg.dp)
@@ -93,14 +108,14 @@ def dp_sync_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, A
     A ring all-reduce of the 16-bit gradients, 2 (d-1)/d x 2 P_train / (t p) / B_dp, is a reduce-scatter plus an
     all-gather of equal volume; ZeRO-1 (DeepSpeed stage 1, Megatron's distributed optimizer) runs exactly those
     two, the all-gather carrying the updated parameters. Latency: per bucket of ``allreduce_bucket_bytes`` (torch
-    DDP and Megatron reduce gradients in buckets) one ring all-reduce (:func:`ring_latency`). Returns the total;
+    DDP and Megatron reduce gradients in buckets) one all-reduce (:func:`allreduce_latency`). Returns the total;
     timing.py hides the reduce-scatter half behind the backward and, on engines that overlap the parameter
     all-gather with the next forward, the other half too.
     """
     grads = 2.0 * trainable_params(job) / (cfg.tp * cfg.pp).astype(np.float64)
     buckets = np.ceil(grads / float(consts["allreduce_bucket_bytes"]))
     volume = ring(cfg.dp, 2.0) * grads / dp_bandwidth(cfg, hw)
-    latency = buckets * ring_latency(cfg.dp, dp_nodes(cfg, hw), 2.0, consts)
+    latency = buckets * allreduce_latency(cfg.dp, dp_nodes(cfg, hw), consts)
     return np.where(cfg.zero_stage >= 2, 0.0, volume + latency)
 
 
