@@ -32,8 +32,8 @@ KNOWN_MISSES = {
 
 
 @pytest.fixture(scope="module")
-def cases():
-    return loso.load_cases()
+def cases(loso_cases):
+    return loso_cases
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +42,8 @@ def consts(catalog):
 
 
 @pytest.fixture(scope="module")
-def rows(cases, consts):
-    return loso.loso(cases, consts)
+def rows(loso_rows):
+    return loso_rows
 
 
 def _report(rows) -> str:

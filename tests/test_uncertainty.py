@@ -36,8 +36,8 @@ def test_memory_percentiles_are_those_of_the_held_out_cases(catalog):
     assert catalog.calibration["accuracy"]["memory"] == ratio_quantiles(heldout_ratios(evaluate_all()))
 
 
-def test_time_percentiles_are_those_of_leave_one_source_out(catalog):
-    rows = loso.loso(loso.load_cases(), catalog.calibration["timing"])
+def test_time_percentiles_are_those_of_leave_one_source_out(catalog, loso_rows):
+    rows = loso_rows
     acc = catalog.calibration["accuracy"]
     groups = [{k: getattr(v, "value", v) for k, v in g.items() if v is not None} for g in acc["time_groups"]]
     assert {"time": acc["time"], "time_groups": groups} == loso.time_accuracy(rows)
