@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from optimizer import planner, space  # noqa: E402
+from optimizer.atomic import write_atomic  # noqa: E402
 from optimizer.catalog import load_catalog, resolve_model  # noqa: E402
 from optimizer.models import timing  # noqa: E402
 from optimizer.models.uncertainty import ratio_quantiles, time_band  # noqa: E402
@@ -384,14 +385,14 @@ def write_calibration(consts: dict[str, Any], memory: dict[str, Any], time: dict
     tokens = str(consts["saturation_tokens"])
     text = re.sub(r"(?m)^(  saturation_tokens: )[0-9.e+-]+", lambda m: m.group(1) + tokens, text)
     head = text[: text.index("\naccuracy:") + 1]
-    CALIBRATION.write_text(head + accuracy_section(memory, time))
+    write_atomic(CALIBRATION, head + accuracy_section(memory, time))
 
 
 def write_doc(doc: Path, table: str) -> None:
     """Replace the text between the LOSO-table markers of ``doc``."""
     text = doc.read_text()
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    doc.write_text(pattern.sub(lambda _: f"{BEGIN}\n{table}\n{END}", text))
+    write_atomic(doc, pattern.sub(lambda _: f"{BEGIN}\n{table}\n{END}", text))
 
 
 def main() -> None:
