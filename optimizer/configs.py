@@ -101,6 +101,8 @@ class Hardware:
     cards_per_node: np.ndarray  # int
     efficiency: np.ndarray  # calibrated fraction of peak reached by large GEMM-bound training steps
     arch_code: np.ndarray  # int, index into the catalog's list of architectures (for per-family constants)
+    attention_efficiency: np.ndarray  # share of the bf16 peak of FlashAttention-2-class kernels; NaN: no figure
+    fused_attention_efficiency: np.ndarray  # the same for cuDNN / FlashAttention-3-class fused attention; NaN: none
 
     def take(self, index: np.ndarray) -> Hardware:
         """The rows selected by a boolean mask or an index array."""

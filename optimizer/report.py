@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from optimizer.atomic import write_atomic
+from optimizer.models.uncertainty import headroom_for_p90
 from optimizer.planner import SolveResult
 from optimizer.report_measure import calibration_lines
 from optimizer.schema_plan import Estimate
@@ -140,8 +141,8 @@ def uncertainty_lines(est: Estimate) -> list[str]:
     if um.fits_p90:
         memory = "fits at the high end too"
     else:
-        memory = (f"over the usable memory at the high end (headroom: {1 - 1 / um.ratio_p90:.2f} in the scenario "
-                  "makes every plan allow for it)")
+        memory = (f"over the card's memory at the high end (headroom: {headroom_for_p90(um.ratio_p90):.2f} in the "
+                  "scenario makes every plan allow for it)")
     holds = [f"{name} {'met' if ok else 'MISSED'}" for name, ok in
              (("deadline", ut.meets_deadline_p90), ("budget", uc.within_budget_p90)) if ok is not None]  # fmt: skip
     return [

@@ -10,7 +10,7 @@ from pydantic import (
     model_validator,
 )
 
-from optimizer.schema import Currency, Float, Int, ModelArch, PositiveFloat, Precision, Strict, Term
+from optimizer.schema import Currency, Float, Framework, Int, ModelArch, PositiveFloat, Precision, Strict, Term
 
 # ---------------------------------------------------------------------------------------------------------------
 # Catalog
@@ -152,8 +152,23 @@ class RatioBand(Strict):
         return self
 
 
+class RatioGroup(RatioBand):
+    """Percentiles of one group of cases whose error differs from the rest.
+
+    The fields set say which plans the group covers (all of them must match: engine, precision, more than one node).
+    """
+
+    framework: Framework | None = None
+    precision: Precision | None = None
+    multi_node: bool | None = None
+
+
 class Accuracy(Strict):
-    """The memory model's and the step-time model's held-out accuracy."""
+    """The memory model's and the step-time model's held-out accuracy.
+
+    ``time_groups`` refine the time band for the plans they match (the first that matches wins, else ``time``).
+    """
 
     memory: RatioBand
     time: RatioBand
+    time_groups: list[RatioGroup] = Field(default_factory=list)

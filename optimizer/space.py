@@ -315,6 +315,9 @@ def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards:
     )  # fmt: skip
     nic = np.array([(of.inter_node_gb_per_s or 0.0) * 1e9 * link["network"] for of in offers])
     eff = np.array([float(consts["efficiency"][g.arch]) for g in gpus])
+    attn = consts.get("attention_efficiency", {})
+    att = np.array([[float(attn.get(g.arch, {}).get(k, np.nan)) for k in ("fa2", "fused")] for g in gpus])
+    att = att.reshape(-1, 2)
     arch_code = np.array([archs.index(g.arch) for g in gpus])
     in_domain = per_node_cards <= domain[o]
     intra = np.where(in_domain & (nvl[o] > 0), nvl[o], pcie_peer)
@@ -331,6 +334,8 @@ def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards:
         cards_per_node=np.array([of.cards_per_node for of in offers])[o],
         efficiency=eff[o],
         arch_code=arch_code[o],
+        attention_efficiency=att[o, 0],
+        fused_attention_efficiency=att[o, 1],
     )
 
 

@@ -119,3 +119,28 @@ def timing_inputs(catalog: Any, gpu: str = "A100-80G", cards: Any = 1, *, tp: An
     consts = catalog.calibration["timing"]
     hw = hardware([spec], [offer], np.zeros(n, dtype=np.int64), cards_a, nodes, cfg.precision, consts)
     return job, cfg, hw, consts
+
+
+@pytest.fixture(scope="session")
+def loso_bench():
+    """bench/loso.py as a module (leave-one-source-out accuracy of the step-time model)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("loso", REPO / "bench" / "loso.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("loso", module)
+    spec.loader.exec_module(module)
+    return sys.modules["loso"]
+
+
+@pytest.fixture(scope="session")
+def loso_cases(loso_bench):
+    """Every throughput case, prepared once per session."""
+    return loso_bench.load_cases()
+
+
+@pytest.fixture(scope="session")
+def loso_rows(loso_bench, loso_cases, catalog):
+    """The leave-one-source-out predictions under the catalog's timing constants, computed once per session."""
+    return loso_bench.loso(loso_cases, catalog.calibration["timing"])

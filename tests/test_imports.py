@@ -25,7 +25,7 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
     "yamlio": 1, "configs": 1, "launch": 1,
     "catalog": 2, "engines": 3, "activations": 2, "measure": 2, "overlay": 2,
     "importers": 3,
-    "memory": 3, "timing": 3, "cost": 3,
+    "memory": 3, "timing": 3, "cost": 3, "comm": 3,
     "space": 4, "uncertainty": 4,
     "solver": 5, "validator": 5, "portfolio_problem": 5, "portfolio": 6,
     "explain": 6,
@@ -37,9 +37,10 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
     "cli": 10, "cli_measure": 10, "cli_portfolio": 10,
 }  # fmt: skip
 SAME_LAYER = {
-    ("schema_catalog", "schema"), ("schema_plan", "schema"), ("schema_portfolio", "schema"),
-    ("timing", "memory"), ("batch", "pareto"), ("report_front", "report"), ("report_portfolio", "report"),
-    ("probe", "calibrate"), ("report", "report_measure"), ("cli", "cli_measure"), ("cli", "cli_portfolio"),
+    ("schema_catalog", "schema"), ("schema_plan", "schema"), ("schema_portfolio", "schema"), ("timing", "memory"),
+    ("batch", "pareto"), ("report_front", "report"), ("report_portfolio", "report"), ("probe", "calibrate"),
+    ("report", "report_measure"), ("cli", "cli_measure"), ("cli", "cli_portfolio"), ("timing", "comm"),
+    ("comm", "memory"),
 }  # fmt: skip
 TERMINAL = {"click", "rich"}  # user-interface libraries: report modules and cli only
 

@@ -2,21 +2,23 @@
 
 Per micro-batch on one GPU (seconds, arrays of shape (n,)):
 
-    compute = F_hw x T / (t p) / (peak_precision x eta)                       # GEMM-bound work
+    compute = T / (t p) x (F_dense / (peak_prec x f_prec) + F_attn / peak_attn) / eta  (+ fp8 casts)
+    eta     = eta_arch x f_engine x f_method x M / (M + M_half) x W / (W + W_half),  M = b s, W = h / t
     dequant = passes x P_q / (t p) x B_dq / HBM                               # QLoRA NF4 -> bf16, memory-bound
-    micro   = compute + dequant + tp_comm + max(0, zero_comm - overlap x compute)
-    step    = m x micro x (1 + (p - 1) / m) + max(0, dp_sync - overlap x compute) + optimizer + offload
+    micro   = compute + dequant + (1 - o_tp) x tp_comm + max(0, zero_comm - overlap x compute) + pp_p2p + offload
+    step    = m x micro x (1 + (p - 1) / (v m)) + max(0, dp_sync - overlap x compute) + optimizer
     hours   = steps x step / 3600 + checkpoint saves + startup
 
-with T = b x s tokens per micro-batch, m = grad_accum micro-batches per step, t/p/d the tensor, pipeline and data
-degrees, and eta = eta_arch x f_framework x f_method x f_precision x T_t / (T_t + T_half), T_t = T / t.
+with T = b s tokens per micro-batch, m = grad_accum micro-batches per step, t/p/d the tensor, pipeline and data
+degrees, v interleaved chunks per stage. The GEMM rows M are the micro-batch's tokens whatever t is: a tensor-parallel
+shard narrows the weight (W), not the activations. Collectives (volumes, bandwidths, ring latency terms) are in
+optimizer/models/comm.py.
 
 Sources: FLOPs per token 6N (+ attention 12 L h s) from the PaLM paper appendix B (arXiv 2204.02311) and Kaplan et
-al. 2020; frozen-base LoRA 4N and the recomputed forward +2N + 4 L h s (formulas.md Part II section 3.1); ring
-collective volumes 2(n-1)/n M (all-reduce) and (n-1)/n M (gather/scatter) from the NCCL-tests convention
-(formulas.md Part II section 3.2); exposed communication and the optimizer/offload terms (section 3.3); 1F1B bubble
-(p-1)/m from Narayanan et al. 2021 (arXiv 2104.04473). Efficiency, overlap and offload constants live in
-``catalogs/calibration.yaml`` (section ``timing``) with the cases they were fitted to (docs/time-model.md).
+al. 2020; frozen-base LoRA 4N and the recomputed forward +2N + 4 L h s (formulas.md Part II section 3.1); exposed
+communication and the optimizer/offload terms (section 3.3); 1F1B and interleaved bubbles (p-1)/(v m) from Narayanan
+et al. 2021 (arXiv 2104.04473). Constants live in ``catalogs/calibration.yaml`` (section ``timing``), fitted and
+validated source by source with ``python bench/loso.py`` (docs/time-model.md).
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ from typing import Any
 import numpy as np
 
 from optimizer.configs import CHECKPOINTING, OFFLOAD, PRECISION, Configs, Hardware, Job
+from optimizer.models import comm
 from optimizer.models.memory import linear_params, trainable_params
-from optimizer.schema import Checkpointing, Method, Offload
+from optimizer.schema import Attention, Checkpointing, Method, Offload, Precision
 
 _CK_NONE, _CK_SEL, _CK_FULL = (CHECKPOINTING.index(c) for c in Checkpointing)
 _NONE, _OPT, _ALL = (OFFLOAD.index(o) for o in Offload)
+_FP8 = PRECISION.index(Precision.fp8)
+dp_bandwidth = comm.dp_bandwidth  # data-parallel ring bandwidth, kept here for callers of timing
 
 
 def matmul_params(job: Job) -> float:
@@ -57,35 +62,109 @@ def model_flops_per_token(job: Job) -> float:
     return dense + attn
 
 
-def hardware_flops_per_token(job: Job, cfg: Configs) -> np.ndarray:
-    """FLOPs executed per token, (n,): model FLOPs plus recomputation.
+def flops_per_token_parts(job: Job, cfg: Configs) -> tuple[np.ndarray, np.ndarray]:
+    """Executed FLOPs per token split into (dense GEMMs, attention core), (n,) each, recomputation included.
 
-    full checkpointing repeats the forward: + 2N + 4 L h s; selective recomputes the attention core only:
-    + 4 L h s (Korthikanti et al. 2022, arXiv 2205.05198, section 5; llm-foundry HFU = 4/3 MFU).
+    dense: 6N (full) or 4N (frozen base), + 2N with full recomputation; attention: 12 L h s, + 4 L h s with full or
+    selective recomputation (selective recomputes the attention core only; Korthikanti et al. 2022, arXiv
+    2205.05198, section 5; llm-foundry HFU = 4/3 MFU).
     """
     a = job.arch
+    n = matmul_params(job)
     fwd_attn = 4.0 * a.layers * a.hidden * job.seq_len
-    extra = np.select(
-        [cfg.checkpointing == _CK_FULL, cfg.checkpointing == _CK_SEL],
-        [2.0 * matmul_params(job) + fwd_attn, fwd_attn],
-        0.0,
-    )
-    return model_flops_per_token(job) + extra
+    dense = (6.0 if job.method is Method.full else 4.0) * n + np.where(cfg.checkpointing == _CK_FULL, 2.0 * n, 0.0)
+    attn = 3.0 * fwd_attn + np.where(cfg.checkpointing == _CK_NONE, 0.0, fwd_attn)
+    return dense, attn
+
+
+def executed_attention_share(job: Job, consts: Mapping[str, Any]) -> float:
+    """Share of the counted attention FLOPs a causal kernel executes.
+
+    flash/sdpa skip the blocks above the diagonal (``causal_attention_share``, FlashAttention-2, Dao 2023, arXiv
+    2307.08691 section 3.1); eager computes the full s x s scores and masks them (1).
+    """
+    return 1.0 if job.attention is Attention.eager else float(consts["causal_attention_share"])
+
+
+def hardware_flops_per_token(job: Job, cfg: Configs) -> np.ndarray:
+    """FLOPs executed per token, (n,): model FLOPs plus recomputation (the sum of :func:`flops_per_token_parts`)."""
+    dense, attn = flops_per_token_parts(job, cfg)
+    return dense + attn
+
+
+def gemm_fill(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """How well one rank's GEMMs fill the GPU, (n,), dimensionless in (0, 1).
+
+    A tensor-parallel shard multiplies the same M = b s rows by a weight whose output (column-parallel) or input
+    (row-parallel) width is split by t (Shoeybi et al. 2019, arXiv 1909.08053 section 3): M does not shrink, the
+    narrow dimension does. fill = M / (M + M_half) x W / (W + W_half), W = h / t the narrowest per-shard width
+    (attention output projection); M_half and W_half (``saturation_tokens``, ``saturation_width``) are the sizes at
+    which a GEMM reaches half its plateau (tile and wave quantisation: a 128 x 256 tile per SM on Hopper, cuBLAS).
+    """
+    rows = (cfg.micro_batch * job.seq_len).astype(np.float64)
+    width = job.arch.hidden / cfg.tp.astype(np.float64)
+    m_half, w_half = float(consts["saturation_tokens"]), float(consts["saturation_width"])
+    return rows / (rows + m_half) * width / (width + w_half)
 
 
 def compute_efficiency(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
-    """Fraction of the precision's dense peak reached by the GEMM-bound work, (n,), dimensionless.
+    """Fraction of the bf16-class dense peak reached by the GEMM-bound work, (n,), dimensionless.
 
-    eta = eta_arch x f_framework x f_method x f_precision x T_t / (T_t + T_half), with T_t = b s / t the tokens of
-    one tensor-parallel shard's micro-batch: small micro-batches underfill the GPU. eta_arch is fitted per GPU
-    architecture (hw.efficiency); the factors and T_half (tokens) come from calibration.yaml ``timing``.
+    eta = eta_arch x f_engine x f_method x fill, with fill from :func:`gemm_fill`. eta_arch is fitted per GPU
+    architecture (hw.efficiency), f_engine per training stack (``framework_factor``: kernels of eager HF,
+    torchtune, Megatron/Transformer Engine) and f_method per stack and method (``method_factor``), all in
+    calibration.yaml ``timing`` (bench/loso.py fits them, leaving each source out in turn).
     """
-    tokens = cfg.micro_batch * job.seq_len / cfg.tp
-    t_half = float(consts["saturation_tokens"])
     framework = float(consts["framework_factor"][job.framework.value])
     method = float(consts["method_factor"][job.framework.value][job.method.value])
+    return hw.efficiency * framework * method * gemm_fill(job, cfg, consts)
+
+
+def attention_efficiency(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
+    """Fraction of the bf16 peak reached by the attention kernels, (n,).
+
+    Engines listed in ``fused_attention_engines`` (Megatron-Core with Transformer Engine: cuDNN fused attention)
+    run FlashAttention-3-class kernels, the others PyTorch SDPA / flash-attn 2 kernels (catalog figures per GPU
+    architecture, ``attention_efficiency``, via space.hardware). Where the catalog has no figure the GEMM
+    efficiency stands in. A fused engine without its own figure uses the FlashAttention-2 one.
+    """
+    eta = compute_efficiency(job, cfg, hw, consts)
+    fa2 = np.where(np.isnan(hw.attention_efficiency), eta, hw.attention_efficiency)
+    if job.framework.value in consts.get("fused_attention_engines", []):
+        return np.where(np.isnan(hw.fused_attention_efficiency), fa2, hw.fused_attention_efficiency)
+    return fa2
+
+
+def compute_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
+    """GEMM-bound seconds of one micro-batch on one GPU, (n,).
+
+    T / (t p) x [F_dense / (peak_prec x f_prec x eta) + c F_attn / (peak_attn x eta_attn)] + fp8 casts.
+    Low-precision recipes (Transformer Engine, torchao float8) run only the Linear layers in fp8; attention
+    (flash/cuDNN) stays in bf16, so it runs at the bf16 peak (``peak_attn``) and at the attention kernels'
+    efficiency eta_attn (:func:`attention_efficiency`); c is the executed share of the counted attention FLOPs
+    (:func:`executed_attention_share`). f_prec (``precision_factor``) is the share of the fp8 peak fp8 GEMMs reach
+    relative to bf16 GEMMs' share of theirs: 0.709 / 0.803 = 0.883 on H100 (maximum achievable matmul FLOPS,
+    formulas.md Part II section 1.2). Before its fp8 GEMMs each Linear scales and casts its input twice (X for the
+    forward, X^T for the weight gradient) and its output gradient once: ``fp8_cast_bytes`` per element (amax read
+    2 B, cast read 2 B and write 1 B, dynamic tensorwise scaling) over 2 x in + out features per token and layer,
+    / t, at HBM bandwidth.
+    """
+    a = job.arch
+    tokens = (cfg.micro_batch * job.seq_len).astype(np.float64)
+    split = (cfg.tp * cfg.pp).astype(np.float64)
+    dense, attn = flops_per_token_parts(job, cfg)
     by_precision = np.array([float(consts["precision_factor"][p.value]) for p in PRECISION])
-    return hw.efficiency * framework * method * by_precision[cfg.precision] * tokens / (tokens + t_half)
+    eta = compute_efficiency(job, cfg, hw, consts)
+    fp8 = cfg.precision == _FP8
+    attn_peak = np.where(fp8, hw.bf16_flops, hw.peak_flops)
+    attn = attn * executed_attention_share(job, consts)
+    seconds = tokens / split * (dense / (hw.peak_flops * by_precision[cfg.precision] * eta)
+                                + attn / (attn_peak * attention_efficiency(job, cfg, hw, consts)))  # fmt: skip
+    kv, inter = 2 * a.kv_width, a.intermediate * a.experts_per_token
+    # 2 x in + out per Linear: q, o 3h each; k, v 2h + kv each; gate, up 2h + I each; down 2I + h
+    features = a.layers * (15 * a.hidden + kv + 4 * inter)
+    cast = float(consts["fp8_cast_bytes"]) * features * tokens / split / hw.hbm_bytes_per_s
+    return seconds + np.where(fp8, cast, 0.0)
 
 
 def dequant_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
@@ -103,42 +182,17 @@ def dequant_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, A
     return passes * per_gpu * float(consts["dequant_bytes_per_param"]) / hw.hbm_bytes_per_s
 
 
-def _ring(n: np.ndarray, factor: float) -> np.ndarray:
-    """Ring collective volume factor: factor x (n-1)/n, 0 for a single rank (NCCL-tests busbw convention)."""
-    n = n.astype(np.float64)
-    return np.where(n > 1, factor * (n - 1) / n, 0.0)
-
-
-def dp_bandwidth(cfg: Configs, hw: Hardware) -> np.ndarray:
-    """Bytes/s per GPU for data-parallel collectives, (n,).
-
-    The slower of the intra-node link and, across nodes, the ring's inter-node bandwidth (space.hardware gives both).
-    """
-    return np.where(hw.nodes > 1, np.minimum(hw.intra_bytes_per_s, hw.inter_bytes_per_s), hw.intra_bytes_per_s)
-
-
 def comm_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Communication time before overlap, by kind (seconds, (n,) each).
+    """Communication time before overlap, by kind (seconds, (n,) each): dp (per step), zero, tp, pp (per micro-batch).
 
-    dp (once per step; stages 0-1): ring all-reduce of 2-byte gradients of the trainable parameters,
-    2 (d-1)/d x 2 P_train / (t p) bytes. zero (per micro-batch): stages 2-3 reduce-scatter those gradients every
-    micro-batch, (d-1)/d x 2 P_train / (t p); stage 3 adds two all-gathers (forward, backward) of the base weights
-    in their stored width, 2 (d-1)/d x B_w P / (t p). tp (per micro-batch): 4 all-reduces per layer of b s h 2 bytes
-    (6 with full recomputation), ring over t GPUs in the NVLink domain (Shoeybi et al. 2019, arXiv 1909.08053).
-    Volumes from formulas.md Part II section 3.2 (ZeRO-3 = 1.5 x DDP; LoRA + ZeRO-3 gathers the frozen base).
+    See optimizer/models/comm.py for the volumes, bandwidths and latency terms.
     """
-    a = job.arch
-    split = (cfg.tp * cfg.pp).astype(np.float64)
-    bw = dp_bandwidth(cfg, hw)
-    grads = 2.0 * trainable_params(job) / split  # bytes of 16-bit gradients per model-parallel shard
-    base_bytes = 2.0 if job.base_bits == 16 else job.base_bits / 8.0
-    dp = np.where(cfg.zero_stage >= 2, 0.0, _ring(cfg.dp, 2.0) * grads / bw)
-    scatter = np.where(cfg.zero_stage >= 2, _ring(cfg.dp, 1.0) * grads / bw, 0.0)
-    gather = np.where(cfg.zero_stage >= 3, _ring(cfg.dp, 2.0) * base_bytes * a.total_params / split / bw, 0.0)
-    per_layer = np.where(cfg.checkpointing == _CK_FULL, 6.0, 4.0)
-    tp_bytes = per_layer * (a.layers / cfg.pp) * cfg.micro_batch * job.seq_len * a.hidden * 2.0
-    tp = _ring(cfg.tp, 2.0) * tp_bytes / hw.tp_bytes_per_s
-    return {"dp": dp, "zero": scatter + gather, "tp": tp}
+    return {
+        "dp": comm.dp_sync_seconds(job, cfg, hw, consts),
+        "zero": comm.zero_seconds(job, cfg, hw, consts),
+        "tp": comm.tp_seconds(job, cfg, hw, consts),
+        "pp": comm.pp_seconds(job, cfg, hw, consts),
+    }
 
 
 def optimizer_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
@@ -172,25 +226,50 @@ def param_offload_seconds(job: Job, cfg: Configs, hw: Hardware) -> np.ndarray:
     return np.where(cfg.offload == _ALL, 2.0 * base_bytes * local / hw.pcie_bytes_per_s, 0.0)
 
 
+def bubble_fraction(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """Pipeline bubble as a fraction of the m micro-batches' time, (n,): (p - 1) / (v m).
+
+    1F1B (v = 1) idles p - 1 micro-batch slots per step; the interleaved schedule with v model chunks per stage
+    divides that by v (Narayanan et al. 2021, arXiv 2104.04473, sections 2.2.1-2.2.2). v per engine is
+    ``pipeline_chunks`` (engines that default to plain 1F1B: 1).
+    """
+    v = float(consts["pipeline_chunks"][job.framework.value])
+    m = np.maximum(cfg.grad_accum, 1).astype(np.float64)
+    return (cfg.pp - 1) / (v * m)
+
+
 def step_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
-    """Seconds per optimizer step, (n,); see the module docstring for the formula."""
-    tokens_micro = (cfg.micro_batch * job.seq_len).astype(np.float64)
-    flops_micro = hardware_flops_per_token(job, cfg) * tokens_micro / (cfg.tp * cfg.pp)
-    compute = flops_micro / (hw.peak_flops * compute_efficiency(job, cfg, hw, consts))
-    comm = comm_seconds(job, cfg, hw, consts)
-    overlap = float(consts["comm_overlap"])
-    hidden = overlap * compute  # backward/forward work a collective can run behind
+    """Seconds per optimizer step, (n,); see the module docstring for the formula.
+
+    Overlap: a collective hides only behind compute that runs at the same time, so at most ``comm_overlap`` x the
+    compute of the micro-batch it belongs to (ZeRO-3 gathers every micro-batch, so a small micro-batch exposes
+    them); the data-parallel all-reduce hides behind the last micro-batch's backward only. Tensor-parallel
+    collectives sit between dependent GEMMs; engines that overlap them with GEMM chunks (Megatron/Transformer
+    Engine ``tp_comm_overlap``) hide ``tp_overlap`` of them.
+    """
+    compute = compute_seconds(job, cfg, hw, consts)
+    comm_s = comm_seconds(job, cfg, hw, consts)
+    hidden = float(consts["comm_overlap"]) * compute  # backward/forward work a collective can run behind
+    tp_hidden = float(consts["tp_overlap"][job.framework.value])
     micro = (
         compute  # GEMM-bound work
         + dequant_seconds(job, cfg, hw, consts)  # NF4 dequantisation
-        + comm["tp"]  # tensor-parallel all-reduces sit on the critical path
-        + np.maximum(0.0, comm["zero"] - hidden)  # ZeRO-2/3 collectives behind compute
+        + (1.0 - tp_hidden) * comm_s["tp"]  # tensor-parallel collectives on the critical path
+        + np.maximum(0.0, comm_s["zero"] - hidden)  # ZeRO-2/3 collectives behind compute
+        + comm_s["pp"]  # activations sent between pipeline stages
         + param_offload_seconds(job, cfg, hw)  # parameters streamed from the host
     )
     m = np.maximum(cfg.grad_accum, 1).astype(np.float64)
-    bubble = (cfg.pp - 1) / m  # 1F1B pipeline bubble
-    exposed_dp = np.maximum(0.0, comm["dp"] - hidden)  # last micro-batch's backward hides part of the all-reduce
-    return m * micro * (1.0 + bubble) + exposed_dp + optimizer_seconds(job, cfg, hw, consts)
+    # the last micro-batch's backward hides the reduce-scatter half; the parameter all-gather half hides behind the
+    # next forward only on engines that overlap it (``param_gather_overlap``), else it follows the optimizer step
+    half = 0.5 * comm_s["dp"]
+    gather_hidden = hidden if job.framework.value in consts["param_gather_overlap"] else 0.0
+    exposed_dp = np.where(
+        cfg.zero_stage == 1,
+        np.maximum(0.0, half - hidden) + np.maximum(0.0, half - gather_hidden),
+        np.maximum(0.0, comm_s["dp"] - hidden),
+    )
+    return m * micro * (1.0 + bubble_fraction(job, cfg, consts)) + exposed_dp + optimizer_seconds(job, cfg, hw, consts)
 
 
 def job_time(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> dict[str, np.ndarray]:

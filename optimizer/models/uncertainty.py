@@ -1,8 +1,10 @@
 """How far the real peak memory, job time and bill may lie from a plan's prediction, from the models' past errors.
 
-Each model is scored on reference cases held out from its fitting (docs/memory-model.md section 5, docs/time-model.md
-section 3). ``calibration.yaml`` keeps, per model, the 10th, 50th and 90th percentiles of the ratio
-r = measured / predicted over those cases (numpy's linear interpolation, :func:`ratio_quantiles`):
+Each model is scored on reference cases held out from its fitting (docs/memory-model.md section 5; the time model
+leave-one-source-out, docs/time-model.md, ``python bench/loso.py --write``). ``calibration.yaml`` keeps, per model,
+the 10th, 50th and 90th percentiles of the ratio r = measured / predicted over those cases (numpy's linear
+interpolation, :func:`ratio_quantiles`), and for time also per group of plans whose error differs (engine,
+precision, multi-node; :func:`time_band` picks the first group that matches the plan):
 
 - memory: r = measured peak / predicted peak, in the counter the source reports;
 - time: r = predicted tokens/s / published tokens/s, which is real / predicted compute time.
@@ -14,12 +16,17 @@ A plan's band is the prediction scaled by those ratios:
     cost_pXX  = the offer's cheapest bill (optimizer.models.cost.bill) for hours_pXX, x cards
 
 Start-up and checkpoint time (``fixed``) are assumptions rather than scored predictions, so they are not scaled.
-The band is the spread of past errors on a small set of cases (13 memory, 13 throughput), not a probability
-guarantee; ``tests/test_uncertainty.py`` recomputes the percentiles from the cases so the file cannot drift.
+Memory verdict: ``fits_p90`` compares the 90th-percentile peak with the card's capacity, not with the
+headroom-reduced capacity. Headroom is the planning margin the scenario puts on the *prediction*; the band is the
+model's error, so applying both would count the same uncertainty twice, and the advice "headroom 1 - 1/r_p90"
+(:func:`headroom_for_p90`) would never clear the warning. With that headroom every plan that fits has
+total x r_p90 <= capacity, so ``fits_p90`` holds. The band is the spread of past errors on a small set of cases,
+not a probability guarantee; the tests recompute the percentiles from the cases so the file cannot drift.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,14 +40,43 @@ from optimizer.schema_plan import CostBand, Estimate, MemoryBand, TimeBand, Unce
 QUANTILES = {"ratio_p10": 0.10, "ratio_p50": 0.50, "ratio_p90": 0.90}
 
 
-def ratio_quantiles(ratios: Sequence[float]) -> dict[str, float | int]:
-    """``cases`` and the 10th, 50th and 90th percentiles of measured / predicted ratios, rounded to 3 decimals."""
+def ratio_quantiles(ratios: Sequence[float], method: str = "linear") -> dict[str, float | int]:
+    """``cases`` and the 10th, 50th and 90th percentiles of measured / predicted ratios, to 3 decimals.
+
+    The 10th percentile is rounded down and the 90th up (the band never shrinks by rounding), the median to nearest.
+    ``method`` is numpy's quantile method: "linear" (the sample's own percentiles) or "weibull" (the k-th order
+    statistic at k = q (n + 1): the interval a new case falls in with probability 0.8, wider for small n).
+    """
     values = np.asarray(ratios, dtype=np.float64)
     if values.size == 0 or not np.isfinite(values).all() or (values <= 0).any():
         raise ValueError("ratios must be a non-empty list of positive finite numbers")
     out: dict[str, float | int] = {"cases": int(values.size)}
-    out.update({k: round(float(np.quantile(values, q)), 3) for k, q in QUANTILES.items()})
+    for key, q in QUANTILES.items():  # p10 rounded down and p90 up, so the band keeps the cases at its ends
+        thousandths = float(np.quantile(values, q, method=method)) * 1000.0
+        outward = {True: math.floor(thousandths + 1e-6), False: math.ceil(thousandths - 1e-6)}
+        out[key] = (outward[q < 0.5] if q != 0.5 else round(thousandths)) / 1000.0
     return out
+
+
+def headroom_for_p90(ratio_p90: float) -> float:
+    """The scenario headroom that makes every fitting plan fit at its 90th-percentile peak.
+
+    1 - 1 / r_p90, rounded up to the two decimals it is shown with, so that following the advice as printed clears
+    the warning (0 when r_p90 <= 1).
+    """
+    return math.ceil((1.0 - 1.0 / ratio_p90) * 100.0 - 1e-9) / 100.0 if ratio_p90 > 1.0 else 0.0
+
+
+def time_band(accuracy: Mapping[str, Any], framework: str, precision: str, nodes: int) -> Mapping[str, Any]:
+    """The time percentiles for a plan.
+
+    The first of ``accuracy.time_groups`` whose set fields all match the plan, else ``accuracy.time``.
+    """
+    plan = {"framework": framework, "precision": precision, "multi_node": nodes > 1}
+    for group in accuracy.get("time_groups") or []:
+        if all(group.get(k) is None or group[k] == v for k, v in plan.items()):
+            return group
+    return accuracy["time"]
 
 
 def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: Mapping[str, Any]) -> Uncertainty:
@@ -52,8 +88,8 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
     """
     m, t, c, p = est.memory, est.time, est.cost, est.plan
     assert m is not None and t is not None and c is not None and p is not None
-    mem, tim = accuracy["memory"], accuracy["time"]
-    usable = m.capacity * (1.0 - scenario.headroom)
+    mem = accuracy["memory"]
+    tim = time_band(accuracy, scenario.training.framework.value, p.precision.value, p.nodes)
     total_p90 = int(round(m.total * float(mem["ratio_p90"])))
     memory = MemoryBand(
         cases=int(mem["cases"]),
@@ -61,7 +97,7 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
         ratio_p90=float(mem["ratio_p90"]),
         total_p10=int(round(m.total * float(mem["ratio_p10"]))),
         total_p90=total_p90,
-        fits_p90=total_p90 <= usable,
+        fits_p90=total_p90 <= m.capacity,  # the band is the model's error: no headroom on top
     )
     compute = t.steps * t.step_seconds / 3600.0
     fixed = max(t.hours - compute, 0.0)

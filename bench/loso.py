@@ -1,0 +1,420 @@
+"""Leave-one-source-out accuracy of the step-time model, its fit, and the uncertainty bands built from it.
+
+Cases: every case of tests/data/reference/throughput_cases.yaml and throughput_cases_2.yaml (copies of
+../shared/reference). A case's *source* is the publication it comes from (``SOURCES``: llm-foundry's benchmarking
+README, torchtune's README tables, the ZeRO-Offload paper, torchtitan's performance docs, the Megatron-LM README,
+fms-fsdp's README). For each source in turn the fitted constants (``FIT``) are fitted on the measured cases of all
+OTHER sources, by least squares on log(predicted / published) with a weak pull of each constant towards its prior
+(``PRIOR_WEIGHT``), and the left-out source is predicted. Each case is evaluated as ``ftopt estimate`` would
+(planner internals, one configuration, the case's plan) on an offer of its GPU carrying the published cluster's
+network (``NETWORK``); predicted tokens/s per GPU is compared with the published figure.
+
+    python bench/loso.py                 # LOSO table and summary
+    python bench/loso.py --doc docs/time-model.md   # also rewrite the doc's LOSO table
+    python bench/loso.py --write         # refit on all sources and write calibration.yaml timing constants and
+                                         # accuracy (time bands from LOSO, memory from tests/memory_reference_cases.py)
+
+Deterministic: fixed case order, fixed start point, a fixed number of Gauss-Newton iterations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import re
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from optimizer import planner, space  # noqa: E402
+from optimizer.atomic import write_atomic  # noqa: E402
+from optimizer.catalog import load_catalog, resolve_model  # noqa: E402
+from optimizer.models import timing  # noqa: E402
+from optimizer.models.uncertainty import ratio_quantiles, time_band  # noqa: E402
+from optimizer.schema import PlanPins  # noqa: E402
+from optimizer.yamlio import validate  # noqa: E402
+
+DATA = REPO / "tests" / "data" / "reference"
+CASE_FILES = (DATA / "throughput_cases.yaml", DATA / "throughput_cases_2.yaml")
+# (pattern in the case's ``source``, source name), first match wins
+SOURCES = (
+    ("llm-foundry", "llm-foundry"),
+    ("torchtune", "torchtune"),
+    ("2101.06840", "zero-offload"),
+    ("torchtitan", "torchtitan"),
+    ("Megatron-LM", "megatron-lm"),
+    ("fms-fsdp", "fms-fsdp"),
+)
+# Per-GPU inter-node bandwidth (GB/s, per direction) of the cluster each multi-node source ran on.
+NETWORK = {
+    ("llm-foundry", "A100-80G"): (25.0, "llm-foundry benchmarking README: '1600 Gbps node-node interconnect (RoCE)'"),
+    ("llm-foundry", "A100-40G"): (25.0, "llm-foundry benchmarking README: '1600 Gbps node-node interconnect (RoCE)'"),
+    ("llm-foundry", "H100-SXM"): (50.0, "assumed 3200 Gb/s per 8-GPU node (DGX H100 class; not stated)"),
+    ("torchtitan", "H100-SXM"): (50.0, "case notes: '400 Gb/s RDMA per GPU' (Grand Teton)"),
+    ("torchtitan", "H200"): (50.0, "case notes: '400 Gb/s CX-7 per GPU' (WhiteFiber)"),
+    ("torchtitan", "A100-80G"): (25.0, "not stated; HDR 200 Gb/s per GPU assumed (DGX A100 class)"),
+    ("megatron-lm", "H100-SXM"): (50.0, "not stated; NDR 400 Gb/s per GPU assumed (DGX H100 / Eos class)"),
+    ("fms-fsdp", "A100-80G"): (6.25, "README: 'A100 80G: 128 GPUs with 400 Gbps' read as per node"),
+    ("fms-fsdp", "H100-SXM"): (12.5, "README: 'H100: 96 GPUs with 800 Gbps' read as per node"),
+}
+# Fitted constants: (path in calibration ``timing``, prior). Efficiencies are pulled towards one shared value (``eta0``,
+# free), except ada towards ampere: both issue the same warp-level mma.sync tensor-core instructions and run the same
+# kernels (cuBLAS, flash-attn 2), while Hopper reaches its peak only with wgmma/TMA kernels (FlashAttention-3 paper,
+# arXiv 2407.08608, section 1). Factors are pulled towards 1; the host link towards its structural prior (a
+# host-staged copy crosses PCIe twice: 0.7 / 2); M_half towards its initial value.
+FIT = (
+    ("efficiency.volta", "eta0"),
+    ("efficiency.ampere", "eta0"),
+    ("efficiency.ada", "efficiency.ampere"),
+    ("efficiency.hopper", "eta0"),
+    ("framework_factor.torchtune", 1.0),
+    ("framework_factor.nemo", 1.0),
+    ("link_efficiency.host", 0.35),
+    ("saturation_tokens", 1024.0),
+)
+START_ETA = 0.5  # starting efficiency of every architecture (formulas.md Part II section 4.2 priors span 0.35-0.65)
+PRIOR_WEIGHT = 1.0  # a constant's distance from its prior (log) weighs as much as one case's log error
+ITERATIONS = 6  # Gauss-Newton converges to the written 3 decimals in 4 (checked: 4, 6 and 12 agree)
+# Architectures without a case take a fitted one scaled by the ratio of their maximum achievable matmul FLOPS share
+# (formulas.md Part II section 1.2: B200 0.776, MI300X 0.514, H100 0.803).
+DERIVED_ARCH = {"blackwell": ("hopper", 0.776 / 0.803), "cdna3": ("hopper", 0.514 / 0.803)}
+BEGIN, END = "<!-- loso-table:begin -->", "<!-- loso-table:end -->"
+# Groups of plans whose time error differs (calibration.yaml accuracy.time_groups), first match wins; a group with
+# fewer than MIN_GROUP cases is not kept. Plans in no group (hf in bf16/fp16/fp32) take the band of every case,
+# which covers them better on sources left out than an hf-only band (docs/time-model.md section 4).
+GROUPS = ({"precision": "fp8"}, {"framework": "nemo"}, {"framework": "torchtune"})
+MIN_GROUP = 6
+CALIBRATION = REPO / "catalogs" / "calibration.yaml"
+
+
+@dataclass
+class Case:
+    """One reference case, ready to evaluate under any timing constants."""
+
+    id: str
+    source: str
+    kind: str
+    fit: bool  # measured and not marked "do not fit"
+    framework: str
+    precision: str
+    gpu: str
+    cards: int
+    nodes: int
+    published: float  # tokens/s per GPU
+    inputs: tuple  # (job, cfg, gpus, offers, offer_idx, cards, nodes)
+
+    def predict(self, consts: dict[str, Any]) -> float:
+        """Predicted tokens/s per GPU under ``consts`` (calibration ``timing``)."""
+        job, cfg, gpus, offers, oi, cards, nodes = self.inputs
+        hw = space.hardware(gpus, offers, oi, cards, nodes, cfg.precision, consts)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tps = timing.job_time(job, cfg, hw, consts)["tokens_per_second"][0]
+        return float(tps) / self.cards
+
+
+def source_of(case: dict[str, Any]) -> str:
+    """The case's source name (``SOURCES``)."""
+    for pattern, name in SOURCES:
+        if pattern in case["source"]:
+            return name
+    raise ValueError(f"{case['id']}: no source group for {case['source']!r}")
+
+
+def published_tokens_per_second_per_gpu(case: dict[str, Any]) -> float:
+    """Published tokens/s per GPU; from Megatron-style model TFLOP/s where that is all the case gives.
+
+    The ZeRO-Offload case (Megatron-LM GPT-2 with checkpointing) publishes TFLOP/s only: Megatron's count
+    96 L h^2 (1 + s/6h + V/16Lh) per token includes the recomputed forward (Narayanan et al. 2021, eq. 3).
+    """
+    measured = case["measured"]
+    if "tokens_per_second_per_gpu" in measured:
+        return float(measured["tokens_per_second_per_gpu"])
+    sc = case["scenario"]
+    m = sc["model"]
+    layers, h, s, v = m["layers"], m["hidden"], sc["seq_len"], m["vocab"]
+    per_token = 96.0 * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    return float(measured["model_tflops_per_gpu"]) * 1e12 / per_token
+
+
+def _offer_file(case: dict[str, Any], source: str, tmp: Path) -> Path:
+    """An offers file with one offer of the case's GPU sized for the case, with its cluster's network."""
+    plan = case["scenario"]["plan"]
+    catalog = load_catalog(None)
+    gpu = catalog.gpu_id(plan["gpu"], "bench", "plan.gpu")
+    base = sorted((o for o in catalog.offers if o.gpu == gpu), key=lambda o: (-o.cards_per_node, -o.max_nodes, o.id))[0]
+    offer = base.model_dump(mode="json", exclude_none=True)
+    currency = offer.pop("currency")
+    nodes = -(-int(plan["cards"]) // base.cards_per_node)
+    if nodes > 1:
+        gb_per_s, _ = NETWORK[(source, gpu)]
+        offer.update(max_nodes=max(nodes, base.max_nodes), inter_node_gb_per_s=gb_per_s)
+    path = tmp / f"offer-{case['id']}.yaml"
+    path.write_text(yaml.safe_dump({"schema_version": 1, "currency": currency, "offers": [offer]}, sort_keys=False))
+    return path
+
+
+def prepare(case: dict[str, Any], tmp: Path) -> Case:
+    """Build the case's job, configuration and offer once (the constants change, these do not)."""
+    source = source_of(case)
+    path = tmp / f"{case['id']}.yaml"
+    path.write_text(yaml.safe_dump(case["scenario"], sort_keys=False))
+    offers_path = _offer_file(case, source, tmp)
+    sc, catalog, label = planner.prepare(path, planner.Overrides(catalog=[str(offers_path)]))
+    merged = {**planner.ESTIMATE_DEFAULTS, **sc.plan.model_dump(exclude_none=True)}
+    sc = sc.model_copy(update={"plan": validate(PlanPins, merged, label, "plan.")})
+    job, offers, gpus, ev = space.enumerate_all(sc, catalog, resolve_model(sc, catalog, path), label)
+    row = np.array([0])
+    cfg = ev.cfg.take(row)
+    inputs = (job, cfg, gpus, offers, ev.offer_idx[row], ev.cards[row], ev.nodes[row])
+    notes = case.get("notes", "")
+    return Case(
+        id=case["id"], source=source, kind=case["kind"], fit=case["kind"] == "measured" and "do not fit" not in notes,
+        framework=case["scenario"]["training"]["framework"], precision=sc.plan.precision.value,
+        gpu=gpus[0].id, cards=int(ev.cards[0]), nodes=int(ev.nodes[0]),
+        published=published_tokens_per_second_per_gpu(case), inputs=inputs,
+    )  # fmt: skip
+
+
+def load_cases() -> list[Case]:
+    """Every case of the two files, prepared, in file order."""
+    raw = [c for f in CASE_FILES for c in yaml.safe_load(f.read_text())["cases"]]
+    with tempfile.TemporaryDirectory() as tmp:
+        return [prepare(c, Path(tmp)) for c in raw]
+
+
+# ------------------------------------------------------------------------------------------------ fitting
+
+
+def _get(consts: dict[str, Any], path: str) -> float:
+    """The constant at ``path`` ("group.key" or a top-level key) of the timing section."""
+    *group, key = path.split(".")
+    return float((consts[group[0]] if group else consts)[key])
+
+
+def _set(consts: dict[str, Any], path: str, value: float) -> None:
+    *group, key = path.split(".")
+    (consts[group[0]] if group else consts)[key] = value
+
+
+def _with(base: dict[str, Any], theta: np.ndarray, digits: int | None = None) -> dict[str, Any]:
+    """The timing constants with the fitted ones set from log-values ``theta`` (last entry: log eta0, unused),
+    rounded to ``digits`` significant decimals when given (for writing; fitting needs them unrounded)."""
+    consts = copy.deepcopy(base)
+    keep = (lambda v: v) if digits is None else (lambda v: round(v, digits))
+    for (path, _), value in zip(FIT, theta, strict=False):
+        _set(consts, path, keep(math.exp(value)))
+    for arch, (ref, ratio) in DERIVED_ARCH.items():
+        consts["efficiency"][arch] = keep(consts["efficiency"][ref] * ratio)
+    return consts
+
+
+def _residuals(theta: np.ndarray, cases: list[Case], base: dict[str, Any]) -> np.ndarray:
+    consts = _with(base, theta)
+    errors = [math.log(c.predict(consts) / c.published) for c in cases]
+    index = {path: i for i, (path, _) in enumerate(FIT)} | {"eta0": len(FIT)}
+    priors = [math.sqrt(PRIOR_WEIGHT) * (v - (theta[index[p]] if isinstance(p, str) else math.log(p)))
+              for (_, p), v in zip(FIT, theta, strict=False)]  # fmt: skip
+    return np.array(errors + priors)
+
+
+def fit(cases: list[Case], base: dict[str, Any]) -> dict[str, Any]:
+    """Gauss-Newton (Levenberg damping) on log(predicted / published) over ``cases`` with a pull to the priors."""
+    start = [math.log(START_ETA if isinstance(p, str) else p) for _, p in FIT]  # the priors, not the file's values
+    theta = np.array([*start, math.log(START_ETA)])
+    step = 1e-4
+    damping = 1e-3
+    for _ in range(ITERATIONS):
+        r = _residuals(theta, cases, base)
+        jac = np.column_stack([(_residuals(theta + step * e, cases, base) - r) / step for e in np.eye(theta.size)])
+        lhs = jac.T @ jac + damping * np.eye(theta.size)
+        theta = theta - np.linalg.solve(lhs, jac.T @ r)
+    return _with(base, theta, 3)
+
+
+# ------------------------------------------------------------------------------------------------ LOSO
+
+
+@dataclass
+class Row:
+    """One case's leave-one-source-out prediction."""
+
+    case: Case
+    predicted: float  # tokens/s per GPU, constants fitted without the case's source
+
+    @property
+    def error(self) -> float:
+        """predicted / published - 1."""
+        return self.predicted / self.case.published - 1.0
+
+    @property
+    def ratio(self) -> float:
+        """real / predicted compute time = predicted / published tokens/s (uncertainty.py)."""
+        return self.predicted / self.case.published
+
+
+def loso(cases: list[Case], base: dict[str, Any]) -> list[Row]:
+    """Fit without each source in turn and predict it; rows in case order."""
+    out: dict[str, Row] = {}
+    for source in sorted({c.source for c in cases}):
+        consts = fit([c for c in cases if c.source != source and c.fit], base)
+        for c in cases:
+            if c.source == source:
+                out[c.id] = Row(c, c.predict(consts))
+    return [out[c.id] for c in cases]
+
+
+def per_source(rows: list[Row]) -> dict[str, tuple[int, float, float]]:
+    """Source -> (cases, median |error|, max |error|), plus 'all' and 'measured'."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        groups.setdefault(r.case.source, []).append(abs(r.error))
+        groups.setdefault("all", []).append(abs(r.error))
+        if r.case.kind == "measured":
+            groups.setdefault("all measured", []).append(abs(r.error))
+    return {k: (len(v), statistics.median(v), max(v)) for k, v in groups.items()}
+
+
+def markdown(rows: list[Row], title: str = "leave-one-source-out") -> str:
+    """Per-source summary and per-case table."""
+    lines = [f"| source | cases | median abs error ({title}) | max abs error |", "|---|---|---|---|"]
+    for name, (n, med, worst) in per_source(rows).items():
+        lines.append(f"| {name} | {n} | {med:.1%} | {worst:.1%} |")
+    lines += ["", "| case | source | kind | GPU x cards | precision | predicted tok/s/GPU | published | error |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        c = r.case
+        lines.append(f"| {c.id} | {c.source} | {c.kind} | {c.gpu} x {c.cards} | {c.precision} | {r.predicted:,.0f} "
+                     f"| {c.published:,.0f} | {r.error:+.1%} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _band_of(case: Case, accuracy: dict[str, Any]) -> dict[str, Any]:
+    """The band uncertainty.time_band gives a plan like the case's."""
+    return time_band(accuracy, case.framework, case.precision, case.nodes)
+
+
+def time_accuracy(rows: list[Row]) -> dict[str, Any]:
+    """calibration.yaml ``accuracy.time`` (all cases) and ``accuracy.time_groups`` from the LOSO ratios.
+
+    Groups are tried in ``GROUPS`` order; a group is kept when at least ``MIN_GROUP`` of the cases not taken by an
+    earlier kept group match it, and its percentiles are those of exactly the cases time_band would give it.
+    """
+    kept: list[dict[str, Any]] = []
+    for group in GROUPS:
+        trial = {"time": {}, "time_groups": [*kept, group]}
+        members = [r.ratio for r in rows if _band_of(r.case, trial) is group]
+        if len(members) >= MIN_GROUP:
+            kept.append({**group, **ratio_quantiles(members)})
+    return {"time": ratio_quantiles([r.ratio for r in rows]), "time_groups": kept}
+
+
+def coverage(rows: list[Row], accuracy: dict[str, Any]) -> float:
+    """Share of cases whose published figure lies inside the p10-p90 band (uncertainty.time_band) of their LOSO
+    prediction."""
+    inside = [_band_of(r.case, accuracy)["ratio_p10"] <= r.ratio <= _band_of(r.case, accuracy)["ratio_p90"]
+              for r in rows]  # fmt: skip
+    return sum(inside) / len(rows)
+
+
+def nested_coverage(rows: list[Row]) -> float:
+    """Coverage when each source's bands come from the OTHER sources' LOSO ratios only (a stricter check: the
+    stored bands are computed from every case, the one being covered included)."""
+    inside = 0
+    for source in sorted({r.case.source for r in rows}):
+        accuracy = time_accuracy([r for r in rows if r.case.source != source])
+        inside += sum(_band_of(r.case, accuracy)["ratio_p10"] <= r.ratio <= _band_of(r.case, accuracy)["ratio_p90"]
+                      for r in rows if r.case.source == source)  # fmt: skip
+    return inside / len(rows)
+
+
+def memory_ratios() -> list[float]:
+    """measured / predicted peak of the memory cases held out from the memory model's fitting.
+
+    tests/memory_reference_cases.py owns the memory cases and their split; its ``loso_ratios`` is used when the
+    memory model provides one (leave-one-source-out), else ``heldout_ratios``.
+    """
+    from tests import memory_reference_cases as mem
+
+    results = mem.evaluate_all()
+    return getattr(mem, "loso_ratios", mem.heldout_ratios)(results)
+
+
+def _flow(d: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in d.items()) + "}"
+
+
+def accuracy_section(memory: dict[str, Any], time: dict[str, Any]) -> str:
+    """The ``accuracy:`` section of calibration.yaml, comments included (written by ``--write``)."""
+    lines = [
+        "accuracy:",
+        "  # Out-of-sample accuracy of the models: 10th, 50th and 90th percentile (numpy linear interpolation) of",
+        "  # measured / predicted over reference cases the model was not fitted to. optimizer/models/uncertainty.py",
+        "  # scales each plan's memory and compute time by ratio_p10 and ratio_p90. Written by `python bench/loso.py",
+        "  # --write` (deterministic); tests/test_uncertainty*.py recompute every figure.",
+        "  # memory: measured / predicted peak, tests/memory_reference_cases.py (held-out / leave-one-source-out)",
+        f"  memory: {_flow(memory)}",
+        "  # time: predicted / published tokens/s (= real / predicted compute time) of every case of",
+        "  #   throughput_cases.yaml and throughput_cases_2.yaml, each predicted with constants fitted on the OTHER",
+        "  #   sources (leave-one-source-out, bench/loso.py); time_groups: the same per group of plans (first match).",
+        f"  time: {_flow(time['time'])}",
+        "  time_groups:",
+        *[f"    - {_flow(g)}" for g in time["time_groups"]],
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_calibration(consts: dict[str, Any], memory: dict[str, Any], time: dict[str, Any]) -> None:
+    """Write the fitted timing constants and the accuracy section into calibration.yaml (comments kept)."""
+    text = CALIBRATION.read_text()
+    eff = consts["efficiency"]
+    text = re.sub(r"(?m)^(  efficiency: )\{[^}]*\}", lambda m: m.group(1) + _flow(eff), text)
+    ff = consts["framework_factor"]
+    text = re.sub(r"(?m)^(  framework_factor: )\{[^}]*\}", lambda m: m.group(1) + _flow(ff), text)
+    host = str(consts["link_efficiency"]["host"])
+    text = re.sub(r"(?m)^(  link_efficiency: \{.*host: )[0-9.e+-]+", lambda m: m.group(1) + host, text)
+    tokens = str(consts["saturation_tokens"])
+    text = re.sub(r"(?m)^(  saturation_tokens: )[0-9.e+-]+", lambda m: m.group(1) + tokens, text)
+    head = text[: text.index("\naccuracy:") + 1]
+    write_atomic(CALIBRATION, head + accuracy_section(memory, time))
+
+
+def write_doc(doc: Path, table: str) -> None:
+    """Replace the text between the LOSO-table markers of ``doc``."""
+    text = doc.read_text()
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    write_atomic(doc, pattern.sub(lambda _: f"{BEGIN}\n{table}\n{END}", text))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--doc", type=Path, help="rewrite the LOSO table of this Markdown file")
+    parser.add_argument("--write", action="store_true", help="write the fitted constants and accuracy bands")
+    args = parser.parse_args()
+    base = load_catalog(None).calibration["timing"]
+    cases = load_cases()
+    rows = loso(cases, base)
+    accuracy = time_accuracy(rows)
+    table = markdown(rows)
+    print(table)
+    print(f"\ntime accuracy (LOSO): {accuracy}\ncoverage of the p10-p90 bands: {coverage(rows, accuracy):.1%} "
+          f"(bands from the other sources only: {nested_coverage(rows):.1%})")
+    if args.doc:
+        write_doc(args.doc, table)
+    if args.write:
+        consts = fit([c for c in cases if c.fit], base)
+        write_calibration(consts, ratio_quantiles(memory_ratios()), accuracy)
+        print(f"wrote {CALIBRATION.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Issue 10: tensor parallelism priced so that a 70B full fine-tuning under an engine that runs it (nemo) picks tp
+where published runs do on NVLink nodes, and never tp > 1 on PCIe-only cards.
+
+Published 70B runs on 8-GPU H100/A100 NVLink nodes use tp 4-8 (with pp); the scenario (tests/data/scenarios/
+70b-nemo-full.yaml) asks for the fastest plan on up to 64 cards of one GPU type. With the old efficiency, which
+saturated on b s / t tokens, tp 8 cost a third of tp 1's GEMM efficiency and the H100 plan came out tp 1.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from optimizer.planner import solve_scenario
+from tests.conftest import REPO
+
+SCENARIO = REPO / "tests" / "data" / "scenarios" / "70b-nemo-full.yaml"
+
+
+def _solve(tmp_path, gpu: str):
+    doc = yaml.safe_load(SCENARIO.read_text())
+    path = tmp_path / f"70b-nemo-{gpu}.yaml"
+    path.write_text(yaml.safe_dump({**doc, "allow": {**doc["allow"], "gpus": [gpu]}}, sort_keys=False))
+    return solve_scenario(path).best.plan
+
+
+@pytest.mark.parametrize("gpu", ["H100-SXM", "A100-80G"])
+def test_nvlink_nodes_run_70b_with_tensor_parallelism(tmp_path, gpu):
+    plan = _solve(tmp_path, gpu)
+    assert plan is not None and 4 <= plan.tp <= 8, plan
+
+
+@pytest.mark.parametrize("gpu", ["H100-PCIe", "L40S"])
+def test_pcie_only_cards_never_get_tensor_parallelism(tmp_path, gpu):
+    plan = _solve(tmp_path, gpu)
+    assert plan is not None and plan.tp == 1, plan
