@@ -338,15 +338,11 @@ def nested_coverage(rows: list[Row]) -> float:
 
 
 def memory_ratios() -> list[float]:
-    """measured / predicted peak of the memory cases held out from the memory model's fitting.
+    """measured / predicted peak of every measured memory case, each predicted by the memory constants fitted
+    without its source (tests/memory_loso.py: leave-one-source-out, as for time)."""
+    from tests import memory_loso
 
-    tests/memory_reference_cases.py owns the memory cases and their split; its ``loso_ratios`` is used when the
-    memory model provides one (leave-one-source-out), else ``heldout_ratios``.
-    """
-    from tests import memory_reference_cases as mem
-
-    results = mem.evaluate_all()
-    return getattr(mem, "loso_ratios", mem.heldout_ratios)(results)
+    return memory_loso.loso_ratios(memory_loso.loso())
 
 
 def _flow(d: dict[str, Any]) -> str:
