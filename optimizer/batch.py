@@ -31,9 +31,11 @@ import json
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -208,21 +210,71 @@ def available_cores() -> int:
 
 
 def _quiet_worker() -> None:
-    """Pool initializer: Ctrl-C is the parent's to handle (it cancels the pool and keeps finished rows)."""
+    """Pool initializer: Ctrl-C is the parent's to handle (it stops the pool and keeps finished rows).
+
+    The worker was forked with SIGINT blocked (:func:`_sigint_blocked`), so an interrupt that reached the whole
+    process group before this line is discarded rather than raised mid-start-up.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Hold SIGINT back in this thread (and in the processes it forks) until the block ends, then deliver it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Ignore Ctrl-C while a short clean-up runs (stopping workers, rewriting the results file), then restore it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _stop(pool: ProcessPoolExecutor, finished: bool) -> None:
+    """Shut the pool down: wait for it after a normal end, else cancel the queue and end the running workers."""
+    if finished:
+        pool.shutdown(wait=True)
+        return
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # no public API before Python 3.14
+    pool.shutdown(wait=False, cancel_futures=True)  # forgets its processes: taken above
+    for proc in workers:
+        proc.terminate()
+    for proc in workers:
+        proc.join()
 
 
 def _local_rows(paths: list[str], workers: int, settings: SolverSettings) -> Iterator[Row]:
-    """Rows in completion order from a process pool (in this process when ``workers`` is 1)."""
+    """Rows in completion order from a process pool (in this process when ``workers`` is 1).
+
+    On Ctrl-C (or when the consumer stops early) the queued scenarios are cancelled and the running workers are
+    ended at once, so the batch exits promptly; the rows already yielded are the caller's to keep.
+    """
     if workers <= 1 or len(paths) <= 1:
         for p in paths:
             yield solve_row(p, settings)
         return
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    finished = False
     pool = ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=ctx, initializer=_quiet_worker)
     try:
-        pending: dict[Future[Row], str] = {pool.submit(solve_row, p, settings): p for p in paths}
+        with _sigint_blocked():  # the workers start here: none may see SIGINT before it ignores it
+            pending: dict[Future[Row], str] = {pool.submit(solve_row, p, settings): p for p in paths}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in sorted(done, key=lambda f: pending[f]):
@@ -235,8 +287,10 @@ def _local_rows(paths: list[str], workers: int, settings: SolverSettings) -> Ite
                     row.update(scenario=path, name=Path(path).stem)
                     _fail(row, f"worker failed: {type(exc).__name__}: {exc}")
                     yield row
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        with sigint_ignored():
+            _stop(pool, finished)
 
 
 def _solve_in(cwd: str, path: str, settings: SolverSettings) -> Row:
@@ -367,7 +421,8 @@ def _stream(todo: list[str], output: str | Path | None, fmt: str, workers: int, 
             if on_row is not None:
                 on_row(row)
     finally:
-        rows.close()  # stops the pool or cancels the Ray tasks still pending
-        if stream is not None:
-            stream.close()
-            write_atomic(Path(output), render_rows(final_rows(read_rows(output)), fmt))  # type: ignore[arg-type]
+        with sigint_ignored():  # a second Ctrl-C must not cut the clean-up short
+            rows.close()  # stops the pool or cancels the Ray tasks still pending
+            if stream is not None:
+                stream.close()
+                write_atomic(Path(output), render_rows(final_rows(read_rows(output)), fmt))  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 
 from optimizer import report, report_batch, report_catalog, report_front
+from optimizer.__main__ import INTERRUPTED_EXIT
 from optimizer.catalog import load_catalog
 from optimizer.errors import FtoptError
 from optimizer.planner import Overrides, estimate_scenario, solve_scenario
@@ -169,7 +170,7 @@ def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, b
                             on_start, on_row)  # fmt: skip
     report_batch.print_batch_summary(summary, output, report.console() if output is None else err)
     if summary.interrupted:
-        sys.exit(130)
+        sys.exit(INTERRUPTED_EXIT)
 
 
 CATALOG_EXAMPLES = """\b
@@ -244,9 +245,9 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors (ours and click's usage errors) print one line and exit 2."""
     try:
         code = cli.main(args=argv, standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("ftopt: aborted", err=True)
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("ftopt: interrupted", err=True)
+        sys.exit(INTERRUPTED_EXIT)
     except click.ClickException as exc:
         click.echo(f"ftopt: error: {' '.join(exc.format_message().split())}", err=True)
         sys.exit(2)

@@ -199,6 +199,9 @@ def _solver(settings: SolverSettings, time_limit_s: float) -> cp_model.CpSolver:
     s.parameters.max_time_in_seconds = max(time_limit_s, 1e-6)
     s.parameters.num_workers = settings.workers
     s.parameters.random_seed = settings.seed
+    # CP-SAT would install its own SIGINT handler in every process that solves; in a forked batch worker that
+    # registration can block on an allocator lock for good (issue 12 item 2). Ctrl-C is the CLI's to handle.
+    s.parameters.catch_sigint_signal = False
     return s
 
 
