@@ -1,6 +1,8 @@
 """The ``ftopt`` command line: parse, call one library function, hand the result to report.py.
 
-Every FtoptError becomes one line on stderr and exit status 2; nothing is written when a command fails.
+Exit status (EXIT_CODES, also in ``ftopt --help`` and README.md): 0 an answer with a plan; 1 an answer without
+one (infeasible scenario, an estimate that does not fit, ``batch --strict`` with an error or infeasible row);
+2 bad input (every FtoptError: one line on stderr, nothing written); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -20,6 +22,24 @@ from optimizer.planner import Overrides, estimate_scenario, solve_scenario
 from optimizer.schema import Checkpointing, Objective, Offload, Precision
 from optimizer.solver import SolverSettings
 from optimizer.validator import validate_catalog_files
+
+EXIT_NO_PLAN = 1  # answered, and the answer is "no plan" / "does not fit"
+EXIT_BAD_INPUT = 2
+EXIT_CODES = f"""\b
+Exit status:
+  0    answered with a plan (solve, pareto), the configuration fits (estimate), every batch row solved
+  {EXIT_NO_PLAN}    answered without a plan: infeasible scenario, estimate DOES NOT FIT, batch --strict with an
+       error or infeasible row
+  {EXIT_BAD_INPUT}    bad input: the one-line error names the file, the field and what is allowed
+  {INTERRUPTED_EXIT}  interrupted (Ctrl-C); batch keeps every finished row
+"""
+
+
+def _no_plan_unless(answered: bool) -> None:
+    """End the command with EXIT_NO_PLAN when the answer it printed has no plan."""
+    if not answered:
+        click.get_current_context().exit(EXIT_NO_PLAN)
+
 
 SOLVE_EXAMPLES = """\b
 Examples:
@@ -54,10 +74,10 @@ class FtoptGroup(click.Group):
             return super().invoke(ctx)
         except FtoptError as exc:
             click.echo(f"ftopt: error: {exc}", err=True)
-            ctx.exit(2)
+            ctx.exit(EXIT_BAD_INPUT)
 
 
-@click.group(cls=FtoptGroup)
+@click.group(cls=FtoptGroup, epilog=EXIT_CODES)
 @click.version_option(package_name="ftopt")
 def cli() -> None:
     """Plan LLM fine-tuning on rented GPUs: what to rent, how many, how long, configured how."""
@@ -75,7 +95,7 @@ def cli() -> None:
 @json_option
 def solve(scenario: str, objective: str | None, budget: float | None, deadline_hours: float | None, top_k: int,
           time_limit: float, launch_dir: str | None, catalogs: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
-    """Find the optimal plan for SCENARIO (proven by CP-SAT)."""
+    """Find the optimal plan for SCENARIO (proven by CP-SAT); exit 1 when it has none."""
     ov = Overrides(Objective(objective) if objective else None, budget, deadline_hours, list(catalogs) or None)
     result = solve_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit), top_k=top_k)
     for name, text in report.launch_files(result.launch or {}).items() if launch_dir and result.launch else ():
@@ -84,6 +104,7 @@ def solve(scenario: str, objective: str | None, budget: float | None, deadline_h
         click.echo(report.dumps(report.solve_json(result)), nl=False)
     else:
         report.print_solve(result, report.console())
+    _no_plan_unless(result.relaxation is None)
 
 
 @cli.command(epilog=ESTIMATE_EXAMPLES)
@@ -101,12 +122,13 @@ def solve(scenario: str, objective: str | None, budget: float | None, deadline_h
 @catalog_option
 @json_option
 def estimate(scenario: str, catalogs: tuple[str, ...], as_json: bool, **pins: Any) -> None:
-    """Evaluate one configuration of SCENARIO: memory breakdown, fit, time and cost."""
+    """Evaluate one configuration of SCENARIO: memory breakdown, fit, time and cost; exit 1 when it does not fit."""
     est = estimate_scenario(scenario, pins, Overrides(catalog=list(catalogs) or None))
     if as_json:
         click.echo(report.dumps(report.estimate_json(est)), nl=False)
     else:
         report.print_estimate(est, report.console())
+    _no_plan_unless(est.memory is not None and est.memory.fits)
 
 
 PARETO_EXAMPLES = """\b
@@ -134,7 +156,7 @@ Examples:
 @json_option
 def pareto(scenario: str, budget: float | None, deadline_hours: float | None, plot_path: str | None,
            csv_path: str | None, time_limit: float, catalogs: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
-    """Every non-dominated plan of SCENARIO, total cost versus wall-clock hours (each proven by CP-SAT)."""
+    """Every non-dominated plan of SCENARIO, cost versus wall-clock hours (each proven by CP-SAT); exit 1 if none."""
     from optimizer.pareto import pareto_scenario
 
     ov = Overrides(None, budget, deadline_hours, list(catalogs) or None)
@@ -147,6 +169,7 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
         click.echo(report.dumps(report_front.pareto_json(result)), nl=False)
     else:
         report_front.print_pareto(result, report.console())
+    _no_plan_unless(bool(result.estimates))
 
 
 @cli.command(epilog=BATCH_EXAMPLES)
@@ -156,8 +179,9 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", help="Process pool or Ray.")
 @click.option("--address", help="Ray cluster address (default: start a local Ray).")
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT limit per solve (s).")
+@click.option("--strict", is_flag=True, help=f"Exit {EXIT_NO_PLAN} when any row is an error or infeasible.")
 def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, backend: str, address: str | None,
-          time_limit: float) -> None:  # fmt: skip
+          time_limit: float, strict: bool) -> None:  # fmt: skip
     """Solve every scenario in SCENARIOS (files, folders, globs); one result row per scenario."""
     from optimizer.batch import Backend, expand, output_format, run_batch
 
@@ -171,6 +195,7 @@ def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, b
     report_batch.print_batch_summary(summary, output, report.console() if output is None else err)
     if summary.interrupted:
         sys.exit(INTERRUPTED_EXIT)
+    _no_plan_unless(not strict or not (summary.counts.get("error") or summary.counts.get("infeasible")))
 
 
 CATALOG_EXAMPLES = """\b
