@@ -236,11 +236,12 @@ def catalog_list(catalogs: tuple[str, ...], as_json: bool) -> None:
 @json_option
 def catalog_show(ident: str, catalogs: tuple[str, ...], as_json: bool) -> None:
     """Every field of the GPU (id or alias) or offer ID, with sources and dates."""
-    entry = report_catalog.catalog_entry(load_catalog(list(catalogs) or None), ident)
+    catalog = load_catalog(list(catalogs) or None)
+    entry = report_catalog.catalog_entry(catalog, ident)
     if as_json:
-        click.echo(report.dumps(report_catalog.entry_json(entry)), nl=False)
+        click.echo(report.dumps(report_catalog.entry_json(entry, catalog)), nl=False)
     else:
-        report_catalog.print_entry(entry, report.console())
+        report_catalog.print_entry(entry, report.console(), catalog)
 
 
 @catalog_group.command("validate", epilog=CATALOG_EXAMPLES)

@@ -128,9 +128,8 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
     offer_total = round(b.per_card * int(c.cards[i]), 2)
     money = CostReport(total=offer_total, currency=offer.currency)
     if offer.currency != space.currency:
-        money = CostReport(
-            total=offer_total, currency=offer.currency, budget_currency_total=round(float(space.cost_total[i]), 2)
-        )
+        money = CostReport(total=offer_total, currency=offer.currency,
+                           budget_currency_total=round(float(space.cost_total[i]), 2), budget_currency=space.currency)
     est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money)
     if space.accuracy:  # validated on load (schema_catalog.Accuracy): both models or none
         oi = int(c.offer_idx[i])

@@ -80,6 +80,15 @@ def _units(term: str, count: int) -> str:
     return f"{count:,} {term}{'s' if count != 1 else ''}"
 
 
+_PRICE_OF = {"second": "hourly price billed per second", "minute": "hourly price billed per minute",
+             "hour": "hourly price", "day": "daily price", "week": "weekly price", "month": "monthly price"}
+
+
+def billing_basis(term: str) -> str:
+    """What a plan's ``term`` means in words: 'hourly price billed per second', 'monthly price + hourly price'."""
+    return " + ".join(_PRICE_OF.get(t, t) for t in term.split("+"))
+
+
 def _gib(n: int) -> str:
     return f"{n / GIB:,.1f} GiB"
 
@@ -123,8 +132,9 @@ def estimate_lines(est: Estimate) -> list[Any]:
         f"Memory: {fits}. Time: {t.hours:,.1f} h wall clock, {t.steps:,} steps of {t.step_seconds:.2f} s, "
         f"{t.tokens_per_second:,.0f} tokens/s, MFU {100 * t.mfu:.1f}%",
         f"Cost: {c.total:,.2f} {c.currency}"
-        + (f" (= {c.budget_currency_total:,.2f} in budget currency)" if c.budget_currency_total is not None else "")
-        + f"; billed {units} per card x {p.cards} card{'s' if p.cards > 1 else ''} ({p.term})",
+        + (f" (= {c.budget_currency_total:,.2f} {c.budget_currency or 'in budget currency'})"
+           if c.budget_currency_total is not None else "")
+        + f"; {billing_basis(p.term)}: {units} per card x {p.cards} card{'s' if p.cards > 1 else ''}",
         *uncertainty_lines(est),
     ]
 

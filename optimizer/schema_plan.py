@@ -64,6 +64,7 @@ class CostReport(Strict):
     total: float
     currency: str
     budget_currency_total: float | None = None
+    budget_currency: str | None = None  # the currency of budget_currency_total (the scenario budget's)
 
 
 class MemoryBand(Strict):
