@@ -62,7 +62,22 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def catalog_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--catalog``: offer files replacing the scenario's."""
-    return click.option("--catalog", "catalogs", multiple=True, type=click.Path(), help="Offers file (repeatable).")(f)
+    return click.option("--catalog", "catalogs", multiple=True, type=click.Path(),
+                        help="Offers file or built-in name (cn, us); REPLACES the scenario's catalog (repeatable).",
+                        )(f)  # fmt: skip
+
+
+def add_catalog_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--add-catalog``: offer files added to the scenario's."""
+    return click.option("--add-catalog", "added", multiple=True, type=click.Path(),
+                        help="Offers file offered BESIDE the scenario's catalog (repeatable).")(f)  # fmt: skip
+
+
+def overrides(objective: str | None = None, budget: float | None = None, deadline_hours: float | None = None,
+              catalogs: tuple[str, ...] = (), added: tuple[str, ...] = ()) -> Overrides:  # fmt: skip
+    """The command line's replacements for scenario values."""
+    return Overrides(Objective(objective) if objective else None, budget, deadline_hours, list(catalogs) or None,
+                     list(added) or None)  # fmt: skip
 
 
 class FtoptGroup(click.Group):
@@ -92,11 +107,13 @@ def cli() -> None:
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT time limit (s).")
 @click.option("--launch-dir", type=click.Path(file_okay=False), help="Write launch.yaml (and ds_config.json) here.")
 @catalog_option
+@add_catalog_option
 @json_option
 def solve(scenario: str, objective: str | None, budget: float | None, deadline_hours: float | None, top_k: int,
-          time_limit: float, launch_dir: str | None, catalogs: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
+          time_limit: float, launch_dir: str | None, catalogs: tuple[str, ...], added: tuple[str, ...],
+          as_json: bool) -> None:  # fmt: skip
     """Find the optimal plan for SCENARIO (proven by CP-SAT); exit 1 when it has none."""
-    ov = Overrides(Objective(objective) if objective else None, budget, deadline_hours, list(catalogs) or None)
+    ov = overrides(objective, budget, deadline_hours, catalogs, added)
     result = solve_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit), top_k=top_k)
     for name, text in report.launch_files(result.launch or {}).items() if launch_dir and result.launch else ():
         report.write_atomic(f"{launch_dir}/{name}", text)
@@ -120,10 +137,11 @@ def solve(scenario: str, objective: str | None, budget: float | None, deadline_h
 @click.option("--checkpointing", type=click.Choice([c.value for c in Checkpointing]))
 @click.option("--precision", type=click.Choice([p.value for p in Precision]))
 @catalog_option
+@add_catalog_option
 @json_option
-def estimate(scenario: str, catalogs: tuple[str, ...], as_json: bool, **pins: Any) -> None:
+def estimate(scenario: str, catalogs: tuple[str, ...], added: tuple[str, ...], as_json: bool, **pins: Any) -> None:
     """Evaluate one configuration of SCENARIO: memory breakdown, fit, time and cost; exit 1 when it does not fit."""
-    est = estimate_scenario(scenario, pins, Overrides(catalog=list(catalogs) or None))
+    est = estimate_scenario(scenario, pins, overrides(catalogs=catalogs, added=added))
     if as_json:
         click.echo(report.dumps(report.estimate_json(est)), nl=False)
     else:
@@ -153,13 +171,15 @@ Examples:
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the front as CSV to this file.")
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT limit per stage (s).")
 @catalog_option
+@add_catalog_option
 @json_option
 def pareto(scenario: str, budget: float | None, deadline_hours: float | None, plot_path: str | None,
-           csv_path: str | None, time_limit: float, catalogs: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
+           csv_path: str | None, time_limit: float, catalogs: tuple[str, ...], added: tuple[str, ...],
+           as_json: bool) -> None:  # fmt: skip
     """Every non-dominated plan of SCENARIO, cost versus wall-clock hours (each proven by CP-SAT); exit 1 if none."""
     from optimizer.pareto import pareto_scenario
 
-    ov = Overrides(None, budget, deadline_hours, list(catalogs) or None)
+    ov = overrides(None, budget, deadline_hours, catalogs, added)
     result = pareto_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit))
     if plot_path:
         report_front.plot_front(result, plot_path)

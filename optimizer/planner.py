@@ -12,12 +12,21 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.catalog import Catalog, load_catalog, load_scenario, resolve_model, scenario_offer_files
+from optimizer.catalog import (
+    Catalog,
+    default_offer_files,
+    load_catalog,
+    load_scenario,
+    resolve_model,
+    resolve_offer_file,
+    scenario_offer_files,
+)
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
 from optimizer.errors import InputError, SolverLimitError
 from optimizer.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.launch import launch_settings
 from optimizer.models import cost
+from optimizer.models.attention import attention_on
 from optimizer.models.uncertainty import band
 from optimizer.schema import Budget, Objective, PlanPins, Scenario, Status
 from optimizer.schema_plan import CostReport, Estimate, MemoryReport, Plan, TimeReport
@@ -33,7 +42,8 @@ class Overrides:
     objective: Objective | None = None
     budget: float | None = None
     deadline_hours: float | None = None
-    catalog: list[str] | None = None
+    catalog: list[str] | None = None  # --catalog: replaces the scenario's catalog
+    add_catalog: list[str] | None = None  # --add-catalog: offered beside the scenario's catalog
 
 
 @dataclass
@@ -73,6 +83,9 @@ def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scena
     if update:
         sc = sc.model_copy(update=update)
     files = scenario_offer_files(sc, path)
+    if ov.add_catalog:  # beside the scenario's offers (every built-in one when it names none)
+        added = [resolve_offer_file(n, source, "--add-catalog") for n in ov.add_catalog]
+        files = [*(files if files is not None else default_offer_files()), *added]
     return sc, load_catalog(files), source
 
 
@@ -106,6 +119,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         checkpointing=CHECKPOINTING[int(c.cfg.checkpointing[i])],
         term=b.term,
         billed_units=b.units,
+        attention=attention_on(space.gpus[int(c.offer_idx[i])], space.scenario.training.attention),
     )
     capacity = int(c.hw.capacity_bytes[i])
     memory = MemoryReport(

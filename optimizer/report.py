@@ -100,6 +100,7 @@ def _plan_line(est: Estimate) -> str:
         f"{p.cards} x {p.gpu} ({p.nodes} node{'s' if p.nodes > 1 else ''}, offer {p.offer}); tp={p.tp} pp={p.pp} "
         f"dp={p.dp}; ZeRO-{p.zero_stage} offload={p.offload.value}; micro_batch={p.micro_batch} "
         f"grad_accum={p.grad_accum}; {p.precision.value}; {p.optimizer.value}; checkpointing={p.checkpointing.value}"
+        + (f"; attention={p.attention.value}" if p.attention else "")
     )
 
 

@@ -377,6 +377,9 @@ class PlanPins(Strict):
     checkpointing: Checkpointing | None = None
     term: Annotated[Term | None, BeforeValidator(_term_from_plan)] = None
     billed_units: dict[str, int] | None = Field(None, description="ignored on input; present in solver output")
+    attention: Attention | None = Field(
+        None, description="ignored on input (set training.attention); solver output: the kernel run on the GPU"
+    )
 
 
 class Scenario(Strict):

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import SerializerFunctionWrapHandler, model_serializer
 
-from optimizer.schema import Checkpointing, Offload, OptimizerName, Precision, Status, Strict
+from optimizer.schema import Attention, Checkpointing, Offload, OptimizerName, Precision, Status, Strict
 
 # ---------------------------------------------------------------------------------------------------------------
 # Plan and estimate (output; also accepted back as pins)
@@ -31,6 +31,7 @@ class Plan(Strict):
     checkpointing: Checkpointing
     term: str
     billed_units: dict[str, int]
+    attention: Attention | None = None  # the kernel run on this GPU (models/attention.py: flash needs sm80+)
 
 
 class MemoryReport(Strict):

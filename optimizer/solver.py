@@ -23,7 +23,8 @@ Constraints:
 Objective (lexicographic, one stage per level, each stage fixing the previous optimum):
     cost:  min x_cost_cents, then min x_time_s, then min rank
     time:  min x_time_s, then min x_cost_cents, then min rank
-where rank orders candidates by (gpu id, offer id, cards), a deterministic tie-break.
+where rank orders candidates by simplicity, then name: (nodes, cards, zero_stage, offload, checkpointing, tp,
+gpu id, offer id), a deterministic tie-break that prefers the simpler of plans equal in cost and time.
 
 The nonlinear models never enter CP-SAT: they were evaluated in space.py; CP-SAT sees linear sums of booleans.
 
@@ -150,7 +151,8 @@ class _Columns:
             "cost_cents": cents(space.cost_total),
             "time_s": seconds(c.time["hours"]),
         }
-        order = sorted(range(len(c)), key=lambda i: (gpu_ids[i], offer_ids[i], int(c.cards[i])))
+        simpler = np.column_stack([c.nodes, c.cards, c.cfg.zero_stage, c.cfg.offload, c.cfg.checkpointing, c.cfg.tp])
+        order = sorted(range(len(c)), key=lambda i: (*simpler[i].tolist(), gpu_ids[i], offer_ids[i]))
         self.rank = np.empty(len(c), dtype=np.int64)
         self.rank[order] = np.arange(len(c))
 
