@@ -38,6 +38,8 @@ def solve_json(result: SolveResult) -> dict[str, Any]:
             "memory_needed_bytes": r.memory_needed_bytes,
             "gpus_that_fit": r.gpus_that_fit,
             "currency": result.currency,
+            "relaxations": [{"field": o.field, "value": o.value, "text": o.text} for o in r.options],
+            "tradeoff": [{"cost": c, "hours": h} for c, h in r.tradeoff],
         }
     if result.best.status.value == "feasible" and result.bound is not None:  # stopped by --time-limit
         objective = result.scenario.objective.value
