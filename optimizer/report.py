@@ -130,6 +130,7 @@ def estimate_lines(est: Estimate) -> list[Any]:
     units = ", ".join(_units(k, v) for k, v in p.billed_units.items())
     fits = "fits" if est.memory.fits else "DOES NOT FIT"
     return [
+        *model_lines(est),
         f"[bold]Plan[/bold] ({est.status.value}): {_plan_line(est)}",
         memory_table(est),
         f"Memory: {fits}. Time: {t.hours:,.1f} h wall clock, {t.steps:,} steps of {t.step_seconds:.2f} s, "
@@ -140,6 +141,17 @@ def estimate_lines(est: Estimate) -> list[Any]:
         + f"; {billing_basis(p.term)}: {units} per card x {p.cards} card{'s' if p.cards > 1 else ''}",
         *uncertainty_lines(est),
     ]
+
+
+def model_lines(est: Estimate) -> list[str]:
+    """The model as read (so an import can be checked) and what ftopt assumed reading the scenario."""
+    m = est.model
+    lines = []
+    if m is not None:
+        lines.append(f"Model: {escape(m.name)}, {m.params / 1e9:,.2f} B parameters; L={m.layers} h={m.hidden} "
+                     f"I={m.intermediate} heads={m.heads}/{m.kv_heads} head_dim={m.head_dim} V={m.vocab:,}"
+                     f"{' tied' if m.tied_embeddings else ''}")  # fmt: skip
+    return lines + [f"Note: {escape(n)}" for n in est.notes]
 
 
 def uncertainty_lines(est: Estimate) -> list[str]:

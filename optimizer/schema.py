@@ -178,13 +178,29 @@ class ModelArch(Strict):
     experts: Int = Field(1, ge=1, le=1024, description="MoE experts per layer (1 = dense)")
     experts_per_token: Int = Field(1, ge=1, le=1024, description="experts routed per token")
     qkv_bias: bool = Field(False, description="bias on q, k, v projections (Qwen2)")
+    head_dim: Int | None = Field(
+        None, gt=0, le=100_000, description="width d of one attention head; default hidden / heads (config.json "
+        "head_dim; Gemma-2 uses 256 with hidden 3584 and 16 heads)"
+    )
+    model_type: str | None = Field(None, description="HF config.json model_type, when the model was imported")
     source: str | None = Field(None, description="where the architecture comes from")
     notes: str | None = None
+    import_notes: tuple[str, ...] = Field((), description="what ftopt assumed or noticed when reading the model")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_head_dim(cls, data: Any) -> Any:
+        """head_dim defaults to hidden / heads when that divides evenly (the Llama/Qwen/Mistral convention)."""
+        if isinstance(data, dict) and data.get("head_dim") is None:
+            hidden, heads = data.get("hidden"), data.get("heads")
+            if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads == 0:
+                data = {**data, "head_dim": hidden // heads}
+        return data
 
     @model_validator(mode="after")
     def _shapes_consistent(self) -> ModelArch:
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        if self.head_dim is None:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}), or give head_dim")
         if self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
         if self.experts_per_token > self.experts:
@@ -192,25 +208,25 @@ class ModelArch(Strict):
         return self
 
     @property
-    def head_dim(self) -> int:
-        """Width of one attention head, d = h / a."""
-        return self.hidden // self.heads
-
-    @property
     def kv_width(self) -> int:
         """Width of the key (or value) projection, h_kv = k x d."""
-        return self.kv_heads * self.head_dim
+        return self.kv_heads * self.head_dim  # type: ignore[operator]  # set by _default_head_dim or given
+
+    @property
+    def q_width(self) -> int:
+        """Width of the query projection and of o_proj's input, h_q = a x d (= h unless head_dim says otherwise)."""
+        return self.heads * self.head_dim  # type: ignore[operator]
 
     @property
     def layer_params(self) -> int:
         """Parameters of one decoder block (all experts).
 
-        2h^2 (q, o) + 2 h h_kv (k, v) + qkv bias (h + 2 h_kv) + experts x 3 h I (SwiGLU) + router h x experts
-        + 2h (two RMSNorm weights). Source: HF LlamaDecoderLayer / Qwen2DecoderLayer shapes; the totals match
-        the published counts in ../shared/reference/models.yaml.
+        2 h h_q (q, o; h_q = a d, which is h unless head_dim is given) + 2 h h_kv (k, v) + qkv bias (h_q + 2 h_kv)
+        + experts x 3 h I (SwiGLU) + router h x experts + 2h (two RMSNorm weights). Source: HF LlamaDecoderLayer /
+        Qwen2DecoderLayer shapes; the totals match the published counts in catalogs/models.yaml.
         """
-        h, kv, inter = self.hidden, self.kv_width, self.intermediate
-        attn = 2 * h * h + 2 * h * kv + (h + 2 * kv if self.qkv_bias else 0)  # q, o, k, v (+ bias)
+        h, kv, inter, hq = self.hidden, self.kv_width, self.intermediate, self.q_width
+        attn = 2 * h * hq + 2 * h * kv + (hq + 2 * kv if self.qkv_bias else 0)  # q, o, k, v (+ bias)
         mlp = self.experts * 3 * h * inter + (h * self.experts if self.experts > 1 else 0)  # SwiGLU (+ router)
         return attn + mlp + 2 * h  # + two norms
 
@@ -278,12 +294,23 @@ class LoraSpec(Strict):
 
 
 class DataSpec(Strict):
-    """Training data: ``tokens`` directly, or ``samples`` x ``avg_tokens``; repeated ``epochs`` times."""
+    """Training data: ``tokens`` directly, or ``samples`` x ``avg_tokens``; repeated ``epochs`` times.
+
+    ``packing`` says how samples become rows of ``seq_len`` tokens. Packed (the default): samples are concatenated
+    and cut into full rows, so the GPUs process the data's tokens and nothing else; a sample longer than seq_len
+    continues in the next row. Padded (``packing: false``): each sample gets its own row, padded to seq_len (the
+    upper bound; padding each micro-batch only to its longest sample costs less) or cut at seq_len, so the GPUs
+    process samples x seq_len tokens per epoch. Memory is the same either way (a row is seq_len tokens).
+    """
 
     tokens: PositiveFloat | None = Field(None, le=1e16, description="training tokens per epoch")
-    samples: Int | None = Field(None, gt=0, le=10**13)
-    avg_tokens: PositiveFloat | None = Field(None, le=10_000_000)
-    epochs: Float = Field(1, gt=0, le=10_000, allow_inf_nan=False)
+    samples: Int | None = Field(None, gt=0, le=10**13, description="training samples (sequences) per epoch")
+    avg_tokens: PositiveFloat | None = Field(None, le=10_000_000, description="mean tokens per sample")
+    epochs: Float = Field(1, gt=0, le=10_000, allow_inf_nan=False, description="passes over the data")
+    packing: bool = Field(
+        True, description="true: samples packed into full seq_len rows (time counts the data's tokens); false: one "
+        "sample per row, padded or cut to seq_len (time counts samples x seq_len); false needs samples and avg_tokens"
+    )
 
     @model_validator(mode="after")
     def _one_size(self) -> DataSpec:
@@ -291,7 +318,15 @@ class DataSpec(Strict):
             raise ValueError("give either tokens, or samples and avg_tokens")
         if self.tokens is not None and self.samples is not None:
             raise ValueError("give either tokens, or samples and avg_tokens, not both")
+        if not self.packing and self.samples is None:
+            raise ValueError("packing: false needs samples and avg_tokens (padding is per sample)")
         return self
+
+    def tokens_processed(self, seq_len: int) -> float:
+        """Tokens the GPUs process over all epochs: the data's tokens when packed, samples x seq_len when padded."""
+        if self.packing or self.samples is None:
+            return self.total_tokens
+        return float(self.samples) * seq_len * self.epochs
 
     @property
     def total_tokens(self) -> float:
@@ -407,6 +442,11 @@ class Scenario(Strict):
         if lora is not None and info.data.get("method") is Method.full:
             raise ValueError("lora settings given but method is full; use method lora or qlora, or remove lora")
         return lora
+
+    @property
+    def tokens_processed(self) -> float:
+        """Tokens the GPUs process over all epochs, padding included (DataSpec.packing)."""
+        return self.data.tokens_processed(self.seq_len)
 
     @property
     def lora_spec(self) -> LoraSpec | None:

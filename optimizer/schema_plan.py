@@ -107,6 +107,21 @@ class Uncertainty(Strict):
     cost: CostBand
 
 
+class ModelReport(Strict):
+    """The model as ftopt read it (DESIGN.md section 6 additions), so a user can check an import."""
+
+    name: str
+    params: int
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied_embeddings: bool
+
+
 class Estimate(Strict):
     """A plan with its memory, time and cost (the JSON contract of DESIGN.md section 6), and its uncertainty."""
 
@@ -116,11 +131,14 @@ class Estimate(Strict):
     time: TimeReport | None
     cost: CostReport | None
     uncertainty: Uncertainty | None = None
+    model: ModelReport | None = None
+    notes: list[str] = []  # what ftopt assumed reading the scenario (model variant, packing, long samples)
 
     @model_serializer(mode="wrap")
     def _contract_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The five contract keys always; ``uncertainty`` only when there is a plan to qualify."""
+        """The five contract keys always; ``uncertainty``, ``model`` and ``notes`` only when there is one."""
         doc = handler(self)
-        if doc.get("uncertainty") is None:
-            doc.pop("uncertainty", None)
+        for key in ("uncertainty", "model", "notes"):
+            if not doc.get(key):
+                doc.pop(key, None)
         return doc

@@ -114,7 +114,7 @@ def make_job(scenario: Scenario, arch: Any) -> Job:
         base_bits=scenario.frozen_base_bits,
         seq_len=scenario.seq_len,
         global_batch=scenario.global_batch,
-        total_tokens=scenario.data.total_tokens,
+        total_tokens=scenario.tokens_processed,
         checkpoint_every_hours=t.checkpoint_every_hours,
         compile=t.compile,
         activation_offload=t.activation_offload,
