@@ -6,6 +6,7 @@ otherwise print a Python traceback. Exit status 130 (128 + SIGINT) as for an int
 
 from __future__ import annotations
 
+import _signal  # the C module: importing signal.py would pull in enum, slowly and interruptibly
 import os
 import sys
 
@@ -27,10 +28,20 @@ def _exit_now(code: int, message: str = "") -> None:
 
 
 def main() -> None:
-    """Import the CLI and run it; an interrupt during the import prints ``ftopt: interrupted`` and exits 130."""
+    """Import the CLI and run it; an interrupt during the import prints ``ftopt: interrupted`` and exits 130.
+
+    While the CLI imports, Ctrl-C only sets a flag: a KeyboardInterrupt raised inside an extension module's
+    initialisation surfaces as an ImportError (pybind11's "initialization failed"), not as an interrupt.
+    """
+    interrupted: list[int] = []
+    previous = _signal.signal(_signal.SIGINT, lambda signum, frame: interrupted.append(signum))
     try:
         from optimizer.cli import main as cli_main
     except KeyboardInterrupt:
+        interrupted.append(_signal.SIGINT)
+    finally:
+        _signal.signal(_signal.SIGINT, previous)
+    if interrupted:
         _exit_now(INTERRUPTED_EXIT, "ftopt: interrupted")
     try:
         cli_main()

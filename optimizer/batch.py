@@ -1,6 +1,6 @@
 """Many scenarios at once: a process pool on this machine or tasks on a Ray cluster, results streamed to a file.
 
-Contract (DESIGN.md section 7):
+Contract (README.md "Batches"; row keys in docs/json-contract.md):
 
 * Inputs are files, folders (every ``*.yaml``/``*.yml`` below them) and globs; duplicates are solved once.
 * One row per scenario (:data:`ROW_FIELDS`): the plan's key decision values, cost in the report currency, hours,

@@ -56,8 +56,9 @@ Examples:
 
 
 def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--json``: print the DESIGN.md section 6 document instead of tables."""
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON (DESIGN.md section 6).")(f)
+    """``--json``: print the docs/json-contract.md document instead of tables."""
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print JSON instead of tables (keys: docs/json-contract.md).")(f)  # fmt: skip
 
 
 def catalog_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -126,16 +127,18 @@ def solve(scenario: str, objective: str | None, budget: float | None, deadline_h
 
 @cli.command(epilog=ESTIMATE_EXAMPLES)
 @click.argument("scenario", type=click.Path())
-@click.option("--gpu")
+@click.option("--gpu", help="GPU id or alias (ftopt catalog list); needed unless the scenario's plan: pins it.")
 @click.option("--offer", help="Offer id (default: the cheapest offer for the GPU).")
-@click.option("--cards", type=int)
-@click.option("--tp", type=int)
-@click.option("--pp", type=int)
-@click.option("--zero", "zero_stage", type=click.IntRange(0, 3))
-@click.option("--micro-batch", type=int)
-@click.option("--offload", type=click.Choice([o.value for o in Offload]))
-@click.option("--checkpointing", type=click.Choice([c.value for c in Checkpointing]))
-@click.option("--precision", type=click.Choice([p.value for p in Precision]))
+@click.option("--cards", type=int, help="GPUs (= tp x pp x dp); needed unless pinned in the scenario.")
+@click.option("--tp", type=int, help="Tensor-parallel degree (default 1).")
+@click.option("--pp", type=int, help="Pipeline-parallel degree (default 1).")
+@click.option("--zero", "zero_stage", type=click.IntRange(0, 3), help="ZeRO stage 0-3 (default 0).")
+@click.option("--micro-batch", type=int, help="Sequences per GPU per forward pass; needed unless pinned.")
+@click.option("--offload", type=click.Choice([o.value for o in Offload]), help="What moves to host RAM (default none).")
+@click.option("--checkpointing", type=click.Choice([c.value for c in Checkpointing]),
+              help="Activation checkpointing (default none).")  # fmt: skip
+@click.option("--precision", type=click.Choice([p.value for p in Precision]),
+              help="Compute precision (default bf16; without bf16 the engine's fallback, fp16 or fp32).")  # fmt: skip
 @catalog_option
 @add_catalog_option
 @json_option
@@ -290,7 +293,7 @@ def models_list(as_json: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors (ours and click's usage errors) print one line and exit 2."""
     try:
-        code = cli.main(args=argv, standalone_mode=False)
+        code = cli.main(args=argv, prog_name="ftopt", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("ftopt: interrupted", err=True)
         sys.exit(INTERRUPTED_EXIT)

@@ -21,7 +21,7 @@ MEMORY_ROWS = ("weights", "gradients", "optimizer", "activations", "logits", "ov
 
 
 def estimate_json(est: Estimate) -> dict[str, Any]:
-    """The DESIGN.md section 6 document: status, plan, memory, time, cost."""
+    """The docs/json-contract.md document: status, plan, memory, time, cost (and model, notes, uncertainty)."""
     return est.model_dump(mode="json")
 
 

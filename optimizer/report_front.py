@@ -31,7 +31,7 @@ def pareto_status(result: ParetoResult) -> str:
 
 
 def pareto_json(result: ParetoResult) -> dict[str, Any]:
-    """The front as JSON: axes, limits and every point as a DESIGN.md section 6 document with cost and hours."""
+    """The front as JSON: axes, limits and every point as a docs/json-contract.md document with cost and hours."""
     doc: dict[str, Any] = {
         "scenario": result.scenario.name,
         "status": pareto_status(result),

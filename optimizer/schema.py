@@ -5,8 +5,8 @@
   from ``catalogs/``;
 * plan and estimate: how to run it and what that costs (``schema_plan.py``), written by the CLI.
 
-Field names are the public contract of DESIGN.md section 6. Every model forbids unknown keys, so a typo in a
-scenario is an error rather than a silently ignored setting.
+Field names are the public contract (docs/scenario-reference.md, generated from this file; docs/json-contract.md).
+Every model forbids unknown keys, so a typo in a scenario is an error rather than a silently ignored setting.
 """
 
 from __future__ import annotations
@@ -284,13 +284,17 @@ ModelField = Annotated[
 class LoraSpec(Strict):
     """LoRA adapters: rank r on the listed HF module names (``all-linear`` = every linear layer of the blocks)."""
 
-    rank: Int = Field(16, gt=0, le=65536)
-    alpha: Float = Field(32, gt=0, allow_inf_nan=False)
+    rank: Int = Field(16, gt=0, le=65536, description="adapter rank r (trainable parameters grow linearly with it)")
+    alpha: Float = Field(32, gt=0, allow_inf_nan=False, description="LoRA scaling numerator (alpha / r); no effect "
+                         "on memory or time, passed to the launch settings")
     targets: list[LoraTarget] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         min_length=1,
+        description="HF module names that get adapters; default every linear layer of the decoder blocks "
+        "(all-linear is the same set); lm_head adds the output layer",
     )
-    dropout: Float = Field(0.0, ge=0, lt=1)
+    dropout: Float = Field(0.0, ge=0, lt=1, description="adapter dropout; above 0 each adapted module also keeps "
+                           "its dropped-out input and mask for backward (more activation memory)")
 
 
 class DataSpec(Strict):
@@ -338,11 +342,16 @@ class DataSpec(Strict):
 class Training(Strict):
     """Software stack: framework defaults, sharding, optimizer, attention kernel, loss, memory techniques."""
 
-    framework: Framework = Framework.hf
-    sharding: Sharding = Sharding.deepspeed
-    optimizer: OptimizerName = OptimizerName.adamw
-    attention: Attention = Attention.flash
-    loss: Loss = Loss.auto
+    framework: Framework = Field(Framework.hf, description="training stack whose defaults the memory and time "
+                                 "models follow (hf = transformers Trainer / TRL)")
+    sharding: Sharding = Field(Sharding.deepspeed, description="hf only: how ZeRO-style sharding is implemented")
+    optimizer: OptimizerName = Field(OptimizerName.adamw, description="decides the optimizer-state bytes per "
+                                     "trainable parameter (adamw 8+4 B fp32 moments and master copy)")
+    attention: Attention = Field(Attention.flash, description="attention kernel; flash runs only on compute "
+                                 "capability 8.0+ and MI300 (elsewhere the plan runs sdpa); eager stores the s x s "
+                                 "scores")
+    loss: Loss = Field(Loss.auto, description="cross-entropy implementation; auto takes the framework default "
+                       "(sizes the logits buffer)")
     base_bits: Literal[16, 8, 4] | None = Field(None, description="frozen base bits; default 16 (lora), 4 (qlora)")
     checkpoint_every_hours: Float | None = Field(
         None, gt=0, le=10_000, description="save a checkpoint this often (adds save time); default from calibration"
@@ -365,17 +374,19 @@ class Training(Strict):
 class Budget(Strict):
     """Money the job may cost, in one currency."""
 
-    amount: PositiveFloat = Field(le=1e12)
-    currency: Currency
+    amount: PositiveFloat = Field(le=1e12, description="most the whole job may cost (every card, every billed unit)")
+    currency: Currency = Field(description="ISO 4217 code; offers in other currencies are converted with "
+                               "catalogs/fx.yaml")
 
 
 class Allow(Strict):
     """User allow-lists and limits on the plan."""
 
-    gpus: list[str] | None = Field(None, min_length=1)
-    providers: list[str] | None = Field(None, min_length=1)
-    max_cards: Int | None = Field(None, gt=0, le=100_000)
-    max_nodes: Int | None = Field(None, gt=0, le=10_000)
+    gpus: list[str] | None = Field(None, min_length=1, description="GPU ids or aliases a plan may use; default any")
+    providers: list[str] | None = Field(None, min_length=1, description="offer providers a plan may use "
+                                        "(case-insensitive); default any")
+    max_cards: Int | None = Field(None, gt=0, le=100_000, description="most GPUs a plan may rent")
+    max_nodes: Int | None = Field(None, gt=0, le=10_000, description="most machines a plan may span")
     max_host_memory_gib: float | None = Field(
         None, gt=0, le=1e6, allow_inf_nan=False, description="host RAM per node that offloading may use (GiB)"
     )
@@ -396,21 +407,25 @@ def _term_from_plan(value: Any) -> Any:
 class PlanPins(Strict):
     """Decision variables the user fixes; the keys of the JSON plan. ``solve`` optimises the rest."""
 
-    gpu: str | None = None
-    offer: str | None = None
-    cards: Int | None = Field(None, gt=0, le=100_000)
-    nodes: Int | None = Field(None, gt=0, le=10_000)
-    tp: Int | None = Field(None, gt=0, le=1024)
-    pp: Int | None = Field(None, gt=0, le=1024)
-    dp: Int | None = Field(None, gt=0, le=100_000)
-    zero_stage: Int | None = Field(None, ge=0, le=3)
-    offload: Offload | None = None
-    micro_batch: Int | None = Field(None, gt=0, le=100_000)
-    grad_accum: Int | None = Field(None, gt=0, le=1_000_000)
-    precision: Precision | None = None
-    optimizer: OptimizerName | None = None
-    checkpointing: Checkpointing | None = None
-    term: Annotated[Term | None, BeforeValidator(_term_from_plan)] = None
+    gpu: str | None = Field(None, description="GPU id or alias")
+    offer: str | None = Field(None, description="offer id (catalog list / catalog show)")
+    cards: Int | None = Field(None, gt=0, le=100_000, description="GPUs rented (tp x pp x dp)")
+    nodes: Int | None = Field(None, gt=0, le=10_000, description="machines")
+    tp: Int | None = Field(None, gt=0, le=1024, description="tensor-parallel degree (divides heads and kv_heads, "
+                           "within one NVLink domain)")
+    pp: Int | None = Field(None, gt=0, le=1024, description="pipeline-parallel degree")
+    dp: Int | None = Field(None, gt=0, le=100_000, description="data-parallel degree")
+    zero_stage: Int | None = Field(None, ge=0, le=3, description="ZeRO stage 0-3 (FSDP full shard = 3)")
+    offload: Offload | None = Field(None, description="what moves to host RAM")
+    micro_batch: Int | None = Field(None, gt=0, le=100_000, description="sequences per GPU per forward pass")
+    grad_accum: Int | None = Field(None, gt=0, le=1_000_000, description="micro-batches per optimizer step "
+                                   "(micro_batch x grad_accum x dp = global_batch)")
+    precision: Precision | None = Field(None, description="compute precision")
+    optimizer: OptimizerName | None = Field(None, description="as training.optimizer")
+    checkpointing: Checkpointing | None = Field(None, description="activation checkpointing level")
+    term: Annotated[Term | None, BeforeValidator(_term_from_plan)] = Field(
+        None, description="rental term every billed unit uses (a mix such as month+hour pins nothing)"
+    )
     billed_units: dict[str, int] | None = Field(None, description="ignored on input; present in solver output")
     attention: Attention | None = Field(
         None, description="ignored on input (set training.attention); solver output: the kernel run on the GPU"
@@ -418,22 +433,25 @@ class PlanPins(Strict):
 
 
 class Scenario(Strict):
-    """A fine-tuning job and its limits (DESIGN.md section 6)."""
+    """A fine-tuning job and its limits."""
 
     name: str | None = Field(None, description="defaults to the file name")
-    model: ModelField
-    method: Method
-    lora: LoraSpec | None = None
-    data: DataSpec
-    seq_len: Int = Field(gt=0, le=10_000_000)
+    model: ModelField = Field(description="a catalogs/models.yaml name (or an -Instruct/-Chat/-it/-hf variant of "
+                              "one), an inline architecture mapping, or {hf_config: path/to/config.json}")
+    method: Method = Field(description="full: every weight trains; lora: adapters over a frozen 16-bit base; "
+                           "qlora: adapters over a 4-bit NF4 base")
+    lora: LoraSpec | None = Field(None, description="adapter settings (lora and qlora); defaults apply when absent")
+    data: DataSpec = Field(description="how much data: tokens, or samples and avg_tokens, times epochs")
+    seq_len: Int = Field(gt=0, le=10_000_000, description="tokens per training row (sequence length)")
     global_batch: Int = Field(gt=0, le=10_000_000, description="sequences per optimizer step")
-    training: Training = Training()
-    budget: Budget | None = None
-    deadline_hours: Float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)
-    objective: Objective = Objective.cost
+    training: Training = Field(Training(), description="software stack")
+    budget: Budget | None = Field(None, description="money limit; none means no limit")
+    deadline_hours: Float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False,
+                                         description="wall-clock limit including start-up and checkpoint saves")
+    objective: Objective = Field(Objective.cost, description="minimised first; the other breaks ties")
     catalog: str | list[str] | None = Field(None, description="offer catalog file(s); default all built-in offers")
-    allow: Allow = Allow()
-    plan: PlanPins = PlanPins()
+    allow: Allow = Field(Allow(), description="allow-lists and limits on the plan")
+    plan: PlanPins = Field(PlanPins(), description="decision variables to pin; solve optimises the rest")
     headroom: Float = Field(0.05, ge=0, lt=0.9, description="fraction of card memory kept free")
 
     @field_validator("lora", mode="after")

@@ -13,7 +13,7 @@ from optimizer.schema import Attention, Checkpointing, Offload, OptimizerName, P
 
 
 class Plan(Strict):
-    """Every decision variable of one configuration (DESIGN.md section 2)."""
+    """Every decision variable of one configuration (docs/json-contract.md, plan)."""
 
     gpu: str
     offer: str
@@ -108,7 +108,7 @@ class Uncertainty(Strict):
 
 
 class ModelReport(Strict):
-    """The model as ftopt read it (DESIGN.md section 6 additions), so a user can check an import."""
+    """The model as ftopt read it (docs/json-contract.md), so a user can check an import."""
 
     name: str
     params: int
@@ -123,7 +123,7 @@ class ModelReport(Strict):
 
 
 class Estimate(Strict):
-    """A plan with its memory, time and cost (the JSON contract of DESIGN.md section 6), and its uncertainty."""
+    """A plan with its memory, time and cost (docs/json-contract.md), and its uncertainty."""
 
     status: Status
     plan: Plan | None

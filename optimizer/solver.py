@@ -1,8 +1,8 @@
 """CP-SAT model over the pruned candidates: pick one plan, honour the user's limits, explain infeasibility.
 
-Formulation (DESIGN.md section 5). Sets: candidates i in C (space.Space.cand, one per offer and card count).
-Data per candidate: cost c_i (cents of the report currency, rounded up), time t_i (seconds of wall clock, rounded
-up), gpu g_i, provider v_i, cards n_i, nodes m_i and the other decision values.
+Formulation (the README's "How it works", in full). Sets: candidates i in C (space.Space.cand, one per offer and
+card count). Data per candidate: cost c_i (cents of the report currency, rounded up), time t_i (seconds of wall
+clock, rounded up), gpu g_i, provider v_i, cards n_i, nodes m_i and the other decision values.
 
 Variables:
     pick[i]  in {0, 1}   1 when candidate i is the plan
