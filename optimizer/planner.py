@@ -22,9 +22,9 @@ from optimizer.catalog import (
     scenario_offer_files,
 )
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
+from optimizer.context import model_report, offer_report, scenario_notes
 from optimizer.errors import InputError, SolverLimitError
 from optimizer.explain import Relaxation, check_pins, explain, pin_problem
-from optimizer.input_notes import model_report, scenario_notes
 from optimizer.launch import launch_settings
 from optimizer.models import cost
 from optimizer.models.attention import attention_on
@@ -145,8 +145,9 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
     if offer.currency != space.currency:
         money = CostReport(total=offer_total, currency=offer.currency,
                            budget_currency_total=round(float(space.cost_total[i]), 2), budget_currency=space.currency)
-    est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money, model=model_report(space.job.arch),
-                   notes=scenario_notes(space.scenario, space.job.arch))  # fmt: skip
+    arch = space.job.arch
+    est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money, model=model_report(arch),
+                   offer=offer_report(offer, b.units), notes=scenario_notes(space.scenario, arch))  # fmt: skip
     if space.accuracy:  # validated on load (schema_catalog.Accuracy): both models or none
         oi = int(c.offer_idx[i])
         est = est.model_copy(update={"uncertainty": band(est, offer, space.fx[oi], space.scenario, space.accuracy)})

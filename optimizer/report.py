@@ -132,6 +132,7 @@ def estimate_lines(est: Estimate) -> list[Any]:
     return [
         *model_lines(est),
         f"[bold]Plan[/bold] ({est.status.value}): {_plan_line(est)}",
+        *offer_lines(est),
         memory_table(est),
         f"Memory: {fits}. Time: {t.hours:,.1f} h wall clock, {t.steps:,} steps of {t.step_seconds:.2f} s, "
         f"{t.tokens_per_second:,.0f} tokens/s, MFU {100 * t.mfu:.1f}%",
@@ -141,6 +142,19 @@ def estimate_lines(est: Estimate) -> list[Any]:
         + f"; {billing_basis(p.term)}: {units} per card x {p.cards} card{'s' if p.cards > 1 else ''}",
         *uncertainty_lines(est),
     ]
+
+
+def offer_lines(est: Estimate) -> list[str]:
+    """Where to rent: provider, each billed price with its source and date, and the offer's notes (e.g. a range)."""
+    o = est.offer
+    if o is None:
+        return []
+    prices = "; ".join(f"{p.amount:g} {o.currency} per card-{term} (source: {p.source}; as of {p.as_of})"
+                       for term, p in o.prices.items())  # fmt: skip
+    lines = [f"Rent: {escape(o.id)} from {escape(o.provider)}: {escape(prices)}"]
+    if o.notes:
+        lines.append(f"  offer notes: {escape(o.notes)}")
+    return lines
 
 
 def model_lines(est: Estimate) -> list[str]:

@@ -122,6 +122,24 @@ class ModelReport(Strict):
     tied_embeddings: bool
 
 
+class PriceBasis(Strict):
+    """One price a plan's bill uses: per card and term unit, with where it comes from."""
+
+    amount: float
+    source: str
+    as_of: str  # ISO date
+
+
+class OfferReport(Strict):
+    """Where to rent: the plan's offer, its provider and the basis of the prices billed (catalog source, notes)."""
+
+    id: str
+    provider: str
+    currency: str
+    prices: dict[str, PriceBasis]  # billed term -> price (per-second/minute billing: the hour price)
+    notes: str | None = None
+
+
 class Estimate(Strict):
     """A plan with its memory, time and cost (docs/json-contract.md), and its uncertainty."""
 
@@ -132,13 +150,14 @@ class Estimate(Strict):
     cost: CostReport | None
     uncertainty: Uncertainty | None = None
     model: ModelReport | None = None
+    offer: OfferReport | None = None
     notes: list[str] = []  # what ftopt assumed reading the scenario (model variant, packing, long samples)
 
     @model_serializer(mode="wrap")
     def _contract_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The five contract keys always; ``uncertainty``, ``model`` and ``notes`` only when there is one."""
+        """The five contract keys always; ``uncertainty``, ``model``, ``offer``, ``notes`` only when there is one."""
         doc = handler(self)
-        for key in ("uncertainty", "model", "notes"):
+        for key in ("uncertainty", "model", "offer", "notes"):
             if not doc.get(key):
                 doc.pop(key, None)
         return doc

@@ -1,12 +1,14 @@
-"""What ftopt assumed while reading a scenario, in sentences for the report: the model as read, the data's rows.
+"""What an answer was computed from: the model as read, the offer with its price basis, the assumptions made.
 
-Pure functions of the scenario and the resolved architecture; the planner attaches them to every estimate.
+The assumptions made while reading the scenario are sentences for the report. Pure functions of the scenario, the
+resolved architecture and the offer; the planner attaches them to every estimate.
 """
 
 from __future__ import annotations
 
-from optimizer.schema import ModelArch, Scenario
-from optimizer.schema_plan import ModelReport
+from optimizer.schema import ModelArch, Scenario, Term
+from optimizer.schema_catalog import Offer
+from optimizer.schema_plan import ModelReport, OfferReport, PriceBasis
 
 
 def model_report(arch: ModelArch) -> ModelReport:
@@ -46,3 +48,16 @@ def data_notes(sc: Scenario) -> list[str]:
 def scenario_notes(sc: Scenario, arch: ModelArch) -> list[str]:
     """Every note about reading the scenario: the model's import notes, then the data's."""
     return [*arch.import_notes, *data_notes(sc)]
+
+
+def offer_report(offer: Offer, billed_units: dict[str, int]) -> OfferReport:
+    """Where to rent: the plan's offer, its provider, and the source of each price the bill uses.
+
+    Per-second and per-minute billing use the hourly price (Offer.hour_increment_s).
+    """
+    terms = sorted({Term.hour if t in ("second", "minute") else Term(t) for t in billed_units},
+                   key=lambda t: list(Term).index(t))  # fmt: skip
+    prices = {t.value: PriceBasis(amount=offer.prices[t].amount, source=offer.prices[t].source,
+                                  as_of=offer.prices[t].as_of.isoformat())
+              for t in terms if t in offer.prices}  # fmt: skip
+    return OfferReport(id=offer.id, provider=offer.provider, currency=offer.currency, prices=prices, notes=offer.notes)
