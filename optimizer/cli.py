@@ -50,8 +50,9 @@ Examples:
 """
 ESTIMATE_EXAMPLES = """\b
 Examples:
-  ftopt estimate scenarios/7b-lora.yaml --gpu RTX-4090 --cards 1 --micro-batch 2 --checkpointing full
-  ftopt estimate scenarios/70b.yaml --gpu A100-80G --cards 8 --zero 3 --offload optimizer --micro-batch 1 --json
+  ftopt estimate scenarios/7b-qlora.yaml --gpu RTX-4090 --cards 1 --micro-batch 1 --checkpointing full
+  ftopt estimate scenarios/70b.yaml --gpu A100-80G --cards 8 --zero 3 --offload optimizer --micro-batch 1 \
+    --checkpointing full --json
 """
 
 
