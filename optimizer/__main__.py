@@ -10,8 +10,6 @@ import _signal  # the C module: importing signal.py would pull in enum, slowly a
 import os
 import sys
 
-INTERRUPTED_EXIT = 130
-
 
 def _exit_now(code: int, message: str = "") -> None:
     """Print ``message`` (if any) to stderr and end the process with ``code`` at once.
@@ -41,13 +39,15 @@ def main() -> None:
         interrupted.append(_signal.SIGINT)
     finally:
         _signal.signal(_signal.SIGINT, previous)
+    from optimizer.errors import EXIT_INTERRUPTED
+
     if interrupted:
-        _exit_now(INTERRUPTED_EXIT, "ftopt: interrupted")
+        _exit_now(EXIT_INTERRUPTED, "ftopt: interrupted")
     try:
         cli_main()
     except SystemExit as done:
-        if done.code == INTERRUPTED_EXIT:
-            _exit_now(INTERRUPTED_EXIT)
+        if done.code == EXIT_INTERRUPTED:
+            _exit_now(EXIT_INTERRUPTED)
         raise
 
 

@@ -15,23 +15,20 @@ import click
 from rich.console import Console
 
 from optimizer import report, report_batch, report_catalog, report_front
-from optimizer.__main__ import INTERRUPTED_EXIT
 from optimizer.catalog import load_catalog
-from optimizer.errors import FtoptError
+from optimizer.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_NO_PLAN, FtoptError
 from optimizer.planner import Overrides, estimate_scenario, solve_scenario
 from optimizer.schema import Checkpointing, Objective, Offload, Precision
 from optimizer.solver import SolverSettings
 from optimizer.validator import validate_catalog_files
 
-EXIT_NO_PLAN = 1  # answered, and the answer is "no plan" / "does not fit"
-EXIT_BAD_INPUT = 2
 EXIT_CODES = f"""\b
 Exit status:
   0    answered with a plan (solve, pareto), the configuration fits (estimate), every batch row solved
   {EXIT_NO_PLAN}    answered without a plan: infeasible scenario, estimate DOES NOT FIT, batch --strict with an
        error or infeasible row
   {EXIT_BAD_INPUT}    bad input: the one-line error names the file, the field and what is allowed
-  {INTERRUPTED_EXIT}  interrupted (Ctrl-C); batch keeps every finished row
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); batch keeps every finished row
 """
 
 
@@ -218,7 +215,7 @@ def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, b
                             on_start, on_row)  # fmt: skip
     report_batch.print_batch_summary(summary, output, report.console() if output is None else err)
     if summary.interrupted:
-        sys.exit(INTERRUPTED_EXIT)
+        sys.exit(EXIT_INTERRUPTED)
     _no_plan_unless(not strict or not (summary.counts.get("error") or summary.counts.get("infeasible")))
 
 
@@ -297,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
         code = cli.main(args=argv, prog_name="ftopt", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("ftopt: interrupted", err=True)
-        sys.exit(INTERRUPTED_EXIT)
+        sys.exit(EXIT_INTERRUPTED)
     except click.ClickException as exc:
         click.echo(f"ftopt: error: {' '.join(exc.format_message().split())}", err=True)
         sys.exit(2)

@@ -248,7 +248,7 @@ def _budget_deadline(space: Space, objective: Objective, lim: Limits, settings: 
                          f"and takes {_hours_needed(space, both):g} h: raise the budget and extend the deadline to "
                          "at least these")  # fmt: skip
             if has_b and has_d:
-                rel.tradeoff = tradeoff(space, lim, objective, settings)
+                rel.tradeoff = tradeoff(space, lim, settings)
                 parts.append("or trade one against the other: any budget / deadline pair on the front admits a "
                              f"plan: {tradeoff_text(rel.tradeoff, cur)}")  # fmt: skip
     return parts

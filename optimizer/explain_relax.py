@@ -20,6 +20,7 @@ tight: every (cost, hours) pair on it is a budget and deadline that together adm
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -131,12 +132,22 @@ def single_options(space: Space, limits: Limits, settings: SolverSettings, catal
     return [o for o in found if o is not None]
 
 
-def tradeoff(space: Space, limits: Limits, objective: Objective, settings: SolverSettings) -> list[tuple[float, float]]:
-    """(cost, hours) of every plan on the cost/time front under ``limits`` without budget and deadline."""
-    from optimizer.pareto import front  # pareto imports explain: a call-time import keeps the layers acyclic
+def tradeoff(space: Space, limits: Limits, settings: SolverSettings) -> list[tuple[float, float]]:
+    """(cost, hours) of every plan on the cost/time front under ``limits`` without budget and deadline.
 
-    points = front(space, limits.without("budget_cents", "deadline_s"), objective, settings).points
-    return [(_money(space, p.index), _hours(space, p.index)) for p in points]
+    Epsilon-constraint, as pareto.front (which sits above this module): the cheapest plan, then the cheapest one
+    strictly faster, until none is; each stage is proven by CP-SAT.
+    """
+    free = limits.without("budget_cents", "deadline_s")
+    points: list[tuple[float, float]] = []
+    eps_s: int | None = None
+    while eps_s is None or eps_s >= 0:
+        best = _feasible(space, dataclasses.replace(free, deadline_s=eps_s), settings)
+        if best is None:
+            break
+        points.append((_money(space, best), _hours(space, best)))
+        eps_s = int(seconds(space.cand.time["hours"][best : best + 1])[0]) - 1
+    return points
 
 
 def tradeoff_text(points: list[tuple[float, float]], currency: str) -> str:

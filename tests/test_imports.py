@@ -21,21 +21,21 @@ MODULES = sorted(FILES)
 DOTTED = {m: ".".join(FILES[m].relative_to(PACKAGE.parent).with_suffix("").parts) for m in MODULES}
 
 LAYER = {  # a module may import only modules of a lower layer (or, listed in SAME_LAYER, of its own)
-    "errors": 0, "schema": 0, "schema_catalog": 0, "schema_plan": 0, "atomic": 0,
+    "errors": 0, "schema": 0, "schema_catalog": 0, "schema_plan": 0, "atomic": 0, "attention": 1, "context": 1,
     "yamlio": 1, "configs": 1, "launch": 1,
     "catalog": 2, "engines": 3, "activations": 2,
     "memory": 3, "timing": 3, "cost": 3,
     "space": 4, "uncertainty": 4,
     "solver": 5, "validator": 5,
-    "explain": 6,
+    "explain_relax": 6, "explain": 6,
     "planner": 7,
     "pareto": 8, "batch": 8,
-    "report": 9, "report_front": 9, "report_batch": 9, "report_catalog": 9,
-    "cli": 10,
+    "report": 9, "report_front": 9, "report_batch": 9, "report_catalog": 9, "report_reference": 9,
+    "cli": 10, "__main__": 11,
 }  # fmt: skip
 SAME_LAYER = {
     ("schema_catalog", "schema"), ("schema_plan", "schema"),
-    ("timing", "memory"), ("batch", "pareto"), ("report_front", "report"),
+    ("timing", "memory"), ("batch", "pareto"), ("report_front", "report"), ("explain", "explain_relax"),
 }  # fmt: skip
 TERMINAL = {"click", "rich"}  # user-interface libraries: report modules and cli only
 

@@ -42,7 +42,7 @@ def test_estimate_accepts_every_case_as_written(case, run_cli, tmp_path: Path):
     path = tmp_path / f"{case['id']}.yaml"
     path.write_text(yaml.safe_dump(case["scenario"], sort_keys=False))
     result = run_cli("estimate", path, "--json")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code in (0, 1), result.output  # 1: answered, the configuration does not fit
     out = json.loads(result.stdout)
     assert out["plan"]["cards"] == case["scenario"]["plan"]["cards"]
     assert out["time"]["tokens_per_second"] > 0
