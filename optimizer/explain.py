@@ -26,7 +26,7 @@ import numpy as np
 
 from optimizer.catalog import Catalog, default_offer_files, load_catalog
 from optimizer.errors import FtoptError, InputError
-from optimizer.explain_relax import Option, single_options, tradeoff, tradeoff_text
+from optimizer.explain_relax import Option, names_with_plan, single_options, tradeoff, tradeoff_text
 from optimizer.schema import ModelArch, Objective, PlanPins, Scenario
 from optimizer.schema_catalog import Gpu, Offer
 from optimizer.solver import Limits, SolverSettings, cents, seconds, solve
@@ -199,10 +199,8 @@ def _shrink(space: Space, limits: Limits, settings: SolverSettings) -> list[str]
 
 def _allowed_gpus(space: Space, limits: Limits, settings: SolverSettings) -> list[str]:
     """GPU ids with a plan under ``limits`` without the GPU allow-list."""
-    free = limits.without("gpus")
-    gpu_of = np.array([space.offers[int(i)].gpu for i in space.cand.offer_idx])
-    fits = [g for g in sorted(set(gpu_of)) if _feasible(space, Objective.cost, free, settings, gpu_of == g) is not None]
-    return [str(g) for g in fits]
+    gpu_of = [space.offers[int(i)].gpu for i in space.cand.offer_idx]
+    return names_with_plan(space, limits.without("gpus"), settings, gpu_of)
 
 
 def _hours_needed(space: Space, i: int) -> float:

@@ -64,7 +64,7 @@ def _smallest(space: Space, limits: Limits, settings: SolverSettings, values: np
     return float(levels[hi])
 
 
-def _names_with_plan(space: Space, limits: Limits, settings: SolverSettings, names: list[str]) -> list[str]:
+def names_with_plan(space: Space, limits: Limits, settings: SolverSettings, names: list[str]) -> list[str]:
     """Those of ``names`` (one per candidate) whose candidates alone admit a plan under ``limits``."""
     col = np.array(names, dtype=object)
     return [str(n) for n in sorted(set(names)) if _feasible(space, limits, settings, col == n) is not None]
@@ -95,7 +95,7 @@ def _limit_option(space: Space, limits: Limits, settings: SolverSettings, name: 
     if name in ("gpus", "providers"):
         col = ([space.offers[int(i)].gpu for i in c.offer_idx] if name == "gpus"
                else [space.offers[int(i)].provider.lower() for i in c.offer_idx])  # fmt: skip
-        have = _names_with_plan(space, lim, settings, col)
+        have = names_with_plan(space, lim, settings, col)
         return Option(f"allow.{name}", have, f"add {' or '.join(have)} to allow.{name}")
     values = c.cards if name == "max_cards" else c.nodes
     need_n = int(_smallest(space, lim, settings, values) or 0)
