@@ -44,6 +44,7 @@ Examples:
   ftopt solve scenarios/7b-qlora.yaml --objective time --json
   ftopt solve scenarios/70b.yaml --budget 20000 --deadline-hours 72 --top 3
   ftopt solve scenarios/7b-full.yaml --launch-dir launch/
+  ftopt solve my-job.yaml --add-catalog my-offers.yaml
 """
 ESTIMATE_EXAMPLES = """\b
 Examples:
