@@ -312,8 +312,10 @@ def _params_note(arch: ModelArch, catalog: Catalog, config_path: Path | None) ->
         label = f"{index.name} ({dtype} weights)"
     if not published or abs(implied / published - 1) <= PARAM_TOLERANCE:
         return None
-    return (f"the architecture implies {implied / 1e9:,.3f} B parameters but {label} says {published / 1e9:,.3f} B "
-            f"({implied / published - 1:+.1%}): check head_dim, tie_word_embeddings and intermediate_size")
+    return (
+        f"the architecture implies {implied / 1e9:,.3f} B parameters but {label} says {published / 1e9:,.3f} B "
+        f"({implied / published - 1:+.1%}): check head_dim, tie_word_embeddings and intermediate_size"
+    )
 
 
 def resolve_model(scenario: Scenario, catalog: Catalog, scenario_path: str | Path | None = None) -> ModelArch:

@@ -120,8 +120,11 @@ def _host_option(space: Space, limits: Limits, settings: SolverSettings, catalog
     if need is None:
         return None
     gib = max(math.ceil(need / GIB), 1)
-    return Option("allow.max_host_memory_gib", gib,
-                  f"raise allow.max_host_memory_gib to {gib:,} (GiB of host RAM per node for offloading)")
+    return Option(
+        "allow.max_host_memory_gib",
+        gib,
+        f"raise allow.max_host_memory_gib to {gib:,} (GiB of host RAM per node for offloading)",
+    )
 
 
 def single_options(space: Space, limits: Limits, settings: SolverSettings, catalog: Catalog,

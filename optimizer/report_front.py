@@ -95,8 +95,6 @@ def print_pareto(result: ParetoResult, console: Console) -> None:
     console.print(f"Front: {proof}; * = the plan `ftopt solve` returns (objective {sc.objective.value})")
 
 
-
-
 def _uncertainty_bars(ax: Any, result: ParetoResult) -> None:
     """Error bars: each point's hours and cost at the 10th and 90th percentile of the models' held-out errors.
 

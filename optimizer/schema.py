@@ -179,8 +179,11 @@ class ModelArch(Strict):
     experts_per_token: Int = Field(1, ge=1, le=1024, description="experts routed per token")
     qkv_bias: bool = Field(False, description="bias on q, k, v projections (Qwen2)")
     head_dim: Int | None = Field(
-        None, gt=0, le=100_000, description="width d of one attention head; default hidden / heads (config.json "
-        "head_dim; Gemma-2 uses 256 with hidden 3584 and 16 heads)"
+        None,
+        gt=0,
+        le=100_000,
+        description="width d of one attention head; default hidden / heads (config.json "
+        "head_dim; Gemma-2 uses 256 with hidden 3584 and 16 heads)",
     )
     model_type: str | None = Field(None, description="HF config.json model_type, when the model was imported")
     source: str | None = Field(None, description="where the architecture comes from")
@@ -285,16 +288,25 @@ class LoraSpec(Strict):
     """LoRA adapters: rank r on the listed HF module names (``all-linear`` = every linear layer of the blocks)."""
 
     rank: Int = Field(16, gt=0, le=65536, description="adapter rank r (trainable parameters grow linearly with it)")
-    alpha: Float = Field(32, gt=0, allow_inf_nan=False, description="LoRA scaling numerator (alpha / r); no effect "
-                         "on memory or time, passed to the launch settings")
+    alpha: Float = Field(
+        32,
+        gt=0,
+        allow_inf_nan=False,
+        description="LoRA scaling numerator (alpha / r); no effect on memory or time, passed to the launch settings",
+    )
     targets: list[LoraTarget] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         min_length=1,
         description="HF module names that get adapters; default every linear layer of the decoder blocks "
         "(all-linear is the same set); lm_head adds the output layer",
     )
-    dropout: Float = Field(0.0, ge=0, lt=1, description="adapter dropout; above 0 each adapted module also keeps "
-                           "its dropped-out input and mask for backward (more activation memory)")
+    dropout: Float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="adapter dropout; above 0 each adapted module also keeps "
+        "its dropped-out input and mask for backward (more activation memory)",
+    )
 
 
 class DataSpec(Strict):
@@ -312,8 +324,9 @@ class DataSpec(Strict):
     avg_tokens: PositiveFloat | None = Field(None, le=10_000_000, description="mean tokens per sample")
     epochs: Float = Field(1, gt=0, le=10_000, allow_inf_nan=False, description="passes over the data")
     packing: bool = Field(
-        True, description="true: samples packed into full seq_len rows (time counts the data's tokens); false: one "
-        "sample per row, padded or cut to seq_len (time counts samples x seq_len); false needs samples and avg_tokens"
+        True,
+        description="true: samples packed into full seq_len rows (time counts the data's tokens); false: one "
+        "sample per row, padded or cut to seq_len (time counts samples x seq_len); false needs samples and avg_tokens",
     )
 
     @model_validator(mode="after")
@@ -342,16 +355,26 @@ class DataSpec(Strict):
 class Training(Strict):
     """Software stack: framework defaults, sharding, optimizer, attention kernel, loss, memory techniques."""
 
-    framework: Framework = Field(Framework.hf, description="training stack whose defaults the memory and time "
-                                 "models follow (hf = transformers Trainer / TRL)")
+    framework: Framework = Field(
+        Framework.hf,
+        description="training stack whose defaults the memory and time models follow (hf = transformers Trainer / TRL)",
+    )
     sharding: Sharding = Field(Sharding.deepspeed, description="hf only: how ZeRO-style sharding is implemented")
-    optimizer: OptimizerName = Field(OptimizerName.adamw, description="decides the optimizer-state bytes per "
-                                     "trainable parameter (adamw 8+4 B fp32 moments and master copy)")
-    attention: Attention = Field(Attention.flash, description="attention kernel; flash runs only on compute "
-                                 "capability 8.0+ and MI300 (elsewhere the plan runs sdpa); eager stores the s x s "
-                                 "scores")
-    loss: Loss = Field(Loss.auto, description="cross-entropy implementation; auto takes the framework default "
-                       "(sizes the logits buffer)")
+    optimizer: OptimizerName = Field(
+        OptimizerName.adamw,
+        description="decides the optimizer-state bytes per "
+        "trainable parameter (adamw 8+4 B fp32 moments and master copy)",
+    )
+    attention: Attention = Field(
+        Attention.flash,
+        description="attention kernel; flash runs only on compute "
+        "capability 8.0+ and MI300 (elsewhere the plan runs sdpa); eager stores the s x s "
+        "scores",
+    )
+    loss: Loss = Field(
+        Loss.auto,
+        description="cross-entropy implementation; auto takes the framework default (sizes the logits buffer)",
+    )
     base_bits: Literal[16, 8, 4] | None = Field(None, description="frozen base bits; default 16 (lora), 4 (qlora)")
     checkpoint_every_hours: Float | None = Field(
         None, gt=0, le=10_000, description="save a checkpoint this often (adds save time); default from calibration"
@@ -375,16 +398,18 @@ class Budget(Strict):
     """Money the job may cost, in one currency."""
 
     amount: PositiveFloat = Field(le=1e12, description="most the whole job may cost (every card, every billed unit)")
-    currency: Currency = Field(description="ISO 4217 code; offers in other currencies are converted with "
-                               "catalogs/fx.yaml")
+    currency: Currency = Field(
+        description="ISO 4217 code; offers in other currencies are converted with catalogs/fx.yaml"
+    )
 
 
 class Allow(Strict):
     """User allow-lists and limits on the plan."""
 
     gpus: list[str] | None = Field(None, min_length=1, description="GPU ids or aliases a plan may use; default any")
-    providers: list[str] | None = Field(None, min_length=1, description="offer providers a plan may use "
-                                        "(case-insensitive); default any")
+    providers: list[str] | None = Field(
+        None, min_length=1, description="offer providers a plan may use (case-insensitive); default any"
+    )
     max_cards: Int | None = Field(None, gt=0, le=100_000, description="most GPUs a plan may rent")
     max_nodes: Int | None = Field(None, gt=0, le=10_000, description="most machines a plan may span")
     max_host_memory_gib: float | None = Field(
@@ -411,15 +436,20 @@ class PlanPins(Strict):
     offer: str | None = Field(None, description="offer id (catalog list / catalog show)")
     cards: Int | None = Field(None, gt=0, le=100_000, description="GPUs rented (tp x pp x dp)")
     nodes: Int | None = Field(None, gt=0, le=10_000, description="machines")
-    tp: Int | None = Field(None, gt=0, le=1024, description="tensor-parallel degree (divides heads and kv_heads, "
-                           "within one NVLink domain)")
+    tp: Int | None = Field(
+        None, gt=0, le=1024, description="tensor-parallel degree (divides heads and kv_heads, within one NVLink domain)"
+    )
     pp: Int | None = Field(None, gt=0, le=1024, description="pipeline-parallel degree")
     dp: Int | None = Field(None, gt=0, le=100_000, description="data-parallel degree")
     zero_stage: Int | None = Field(None, ge=0, le=3, description="ZeRO stage 0-3 (FSDP full shard = 3)")
     offload: Offload | None = Field(None, description="what moves to host RAM")
     micro_batch: Int | None = Field(None, gt=0, le=100_000, description="sequences per GPU per forward pass")
-    grad_accum: Int | None = Field(None, gt=0, le=1_000_000, description="micro-batches per optimizer step "
-                                   "(micro_batch x grad_accum x dp = global_batch)")
+    grad_accum: Int | None = Field(
+        None,
+        gt=0,
+        le=1_000_000,
+        description="micro-batches per optimizer step (micro_batch x grad_accum x dp = global_batch)",
+    )
     precision: Precision | None = Field(None, description="compute precision")
     optimizer: OptimizerName | None = Field(None, description="as training.optimizer")
     checkpointing: Checkpointing | None = Field(None, description="activation checkpointing level")
@@ -436,18 +466,23 @@ class Scenario(Strict):
     """A fine-tuning job and its limits."""
 
     name: str | None = Field(None, description="defaults to the file name")
-    model: ModelField = Field(description="a catalogs/models.yaml name (or an -Instruct/-Chat/-it/-hf variant of "
-                              "one), an inline architecture mapping, or {hf_config: path/to/config.json}")
-    method: Method = Field(description="full: every weight trains; lora: adapters over a frozen 16-bit base; "
-                           "qlora: adapters over a 4-bit NF4 base")
+    model: ModelField = Field(
+        description="a catalogs/models.yaml name (or an -Instruct/-Chat/-it/-hf variant of "
+        "one), an inline architecture mapping, or {hf_config: path/to/config.json}"
+    )
+    method: Method = Field(
+        description="full: every weight trains; lora: adapters over a frozen 16-bit base; "
+        "qlora: adapters over a 4-bit NF4 base"
+    )
     lora: LoraSpec | None = Field(None, description="adapter settings (lora and qlora); defaults apply when absent")
     data: DataSpec = Field(description="how much data: tokens, or samples and avg_tokens, times epochs")
     seq_len: Int = Field(gt=0, le=10_000_000, description="tokens per training row (sequence length)")
     global_batch: Int = Field(gt=0, le=10_000_000, description="sequences per optimizer step")
     training: Training = Field(Training(), description="software stack")
     budget: Budget | None = Field(None, description="money limit; none means no limit")
-    deadline_hours: Float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False,
-                                         description="wall-clock limit including start-up and checkpoint saves")
+    deadline_hours: Float | None = Field(
+        None, gt=0, le=1e6, allow_inf_nan=False, description="wall-clock limit including start-up and checkpoint saves"
+    )
     objective: Objective = Field(Objective.cost, description="minimised first; the other breaks ties")
     catalog: str | list[str] | None = Field(None, description="offer catalog file(s); default all built-in offers")
     allow: Allow = Field(Allow(), description="allow-lists and limits on the plan")

@@ -40,8 +40,16 @@ def test_an_unfamiliar_model_type_is_noted(tmp_path):
 
 
 def test_a_config_that_disagrees_with_the_published_count_is_warned(tmp_path, catalog):
-    cfg = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 9472, "num_attention_heads": 28,
-           "num_hidden_layers": 28, "num_key_value_heads": 4, "vocab_size": 152064, "_name_or_path": "Qwen/Qwen2.5-7B"}
+    cfg = {
+        "model_type": "qwen2",
+        "hidden_size": 3584,
+        "intermediate_size": 9472,
+        "num_attention_heads": 28,
+        "num_hidden_layers": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "_name_or_path": "Qwen/Qwen2.5-7B",
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     sc = Scenario.model_validate(scenario_doc(model={"hf_config": str(tmp_path / "config.json")}))
     notes = resolve_model(sc, catalog).import_notes
