@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from optimizer.atomic import write_atomic
+from optimizer.explain import Relaxation
 from optimizer.planner import SolveResult
 from optimizer.schema_plan import Estimate
 
@@ -38,14 +39,19 @@ def solve_json(result: SolveResult) -> dict[str, Any]:
             "memory_needed_bytes": r.memory_needed_bytes,
             "gpus_that_fit": r.gpus_that_fit,
             "currency": result.currency,
-            "relaxations": [{"field": o.field, "value": o.value, "text": o.text} for o in r.options],
-            "tradeoff": [{"cost": c, "hours": h} for c, h in r.tradeoff],
+            **alternatives_json(r),
         }
     if result.best.status.value == "feasible" and result.bound is not None:  # stopped by --time-limit
         objective = result.scenario.objective.value
         doc["bound"] = {"objective": objective, "value": result.bound,
                         "unit": result.currency if objective == "cost" else "hours"}  # fmt: skip
     return doc
+
+
+def alternatives_json(r: Relaxation) -> dict[str, Any]:
+    """Every single change that gives a plan, and the budget/deadline front when both bind (docs/json-contract.md)."""
+    return {"relaxations": [{"field": o.field, "value": o.value, "text": o.text} for o in r.options],
+            "tradeoff": [{"cost": c, "hours": h} for c, h in r.tradeoff]}  # fmt: skip
 
 
 def dumps(doc: Any) -> str:

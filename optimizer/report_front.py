@@ -14,7 +14,7 @@ from rich.table import Table
 from optimizer.atomic import write_atomic
 from optimizer.errors import InputError
 from optimizer.pareto import ParetoResult
-from optimizer.report import GIB, estimate_json
+from optimizer.report import GIB, alternatives_json, estimate_json
 
 # ------------------------------------------------------------------------------------------------ pareto fronts
 
@@ -46,7 +46,8 @@ def pareto_json(result: ParetoResult) -> dict[str, Any]:
         ],
     }
     if result.relaxation is not None:
-        doc["explanation"] = {"binding": result.relaxation.binding, "message": result.relaxation.message}
+        r = result.relaxation
+        doc["explanation"] = {"binding": r.binding, "message": r.message, **alternatives_json(r)}
     return doc
 
 
