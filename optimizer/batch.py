@@ -1,6 +1,6 @@
 """Many scenarios at once: a process pool on this machine or tasks on a Ray cluster, results streamed to a file.
 
-Contract (DESIGN.md section 7):
+Contract (README.md "Batches"; row keys in docs/json-contract.md):
 
 * Inputs are files, folders (every ``*.yaml``/``*.yml`` below them) and globs; duplicates are solved once.
 * One row per scenario (:data:`ROW_FIELDS`): the plan's key decision values, cost in the report currency, hours,
@@ -31,9 +31,11 @@ import json
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -211,22 +213,72 @@ def available_cores() -> int:
 
 
 def _quiet_worker() -> None:
-    """Pool initializer: Ctrl-C is the parent's to handle (it cancels the pool and keeps finished rows)."""
+    """Pool initializer: Ctrl-C is the parent's to handle (it stops the pool and keeps finished rows).
+
+    The worker was forked with SIGINT blocked (:func:`_sigint_blocked`), so an interrupt that reached the whole
+    process group before this line is discarded rather than raised mid-start-up.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Hold SIGINT back in this thread (and in the processes it forks) until the block ends, then deliver it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Ignore Ctrl-C while a short clean-up runs (stopping workers, rewriting the results file), then restore it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _stop(pool: ProcessPoolExecutor, finished: bool) -> None:
+    """Shut the pool down: wait for it after a normal end, else cancel the queue and end the running workers."""
+    if finished:
+        pool.shutdown(wait=True)
+        return
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # no public API before Python 3.14
+    pool.shutdown(wait=False, cancel_futures=True)  # forgets its processes: taken above
+    for proc in workers:
+        proc.terminate()
+    for proc in workers:
+        proc.join()
 
 
 def _local_rows(paths: list[str], workers: int, settings: SolverSettings,
                 calibration: str | None = None) -> Iterator[Row]:  # fmt: skip
-    """Rows in completion order from a process pool (in this process when ``workers`` is 1)."""
+    """Rows in completion order from a process pool (in this process when ``workers`` is 1).
+
+    On Ctrl-C (or when the consumer stops early) the queued scenarios are cancelled and the running workers are
+    ended at once, so the batch exits promptly; the rows already yielded are the caller's to keep.
+    """
     if workers <= 1 or len(paths) <= 1:
         for p in paths:
             yield solve_row(p, settings, calibration)
         return
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    finished = False
     pool = ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=ctx, initializer=_quiet_worker)
     try:
-        pending: dict[Future[Row], str] = {pool.submit(solve_row, p, settings, calibration): p for p in paths}
+        with _sigint_blocked():  # the workers start here: none may see SIGINT before it ignores it
+            pending: dict[Future[Row], str] = {pool.submit(solve_row, p, settings, calibration): p for p in paths}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in sorted(done, key=lambda f: pending[f]):
@@ -239,8 +291,10 @@ def _local_rows(paths: list[str], workers: int, settings: SolverSettings,
                     row.update(scenario=path, name=Path(path).stem)
                     _fail(row, f"worker failed: {type(exc).__name__}: {exc}")
                     yield row
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        with sigint_ignored():
+            _stop(pool, finished)
 
 
 def _solve_in(cwd: str, path: str, settings: SolverSettings, calibration: str | None = None) -> Row:
@@ -374,7 +428,8 @@ def _stream(todo: list[str], output: str | Path | None, fmt: str, workers: int, 
             if on_row is not None:
                 on_row(row)
     finally:
-        rows.close()  # stops the pool or cancels the Ray tasks still pending
-        if stream is not None:
-            stream.close()
-            write_atomic(Path(output), render_rows(final_rows(read_rows(output)), fmt))  # type: ignore[arg-type]
+        with sigint_ignored():  # a second Ctrl-C must not cut the clean-up short
+            rows.close()  # stops the pool or cancels the Ray tasks still pending
+            if stream is not None:
+                stream.close()
+                write_atomic(Path(output), render_rows(final_rows(read_rows(output)), fmt))  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ are matched case-insensitively, GPU aliases included; an unknown name is an erro
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
 from functools import lru_cache
@@ -55,7 +56,9 @@ class Catalog:
             raise InputError(
                 source or "catalog",
                 where,
-                f"unknown model '{name}'{did_you_mean(name, names)}; known: {', '.join(names)}",
+                f"unknown model '{name}'{did_you_mean(name, names)}; known: {', '.join(names)} (a name ending in "
+                f"{', '.join(MODEL_VARIANT_SUFFIXES)} is read as its base), or give an inline architecture or "
+                "{hf_config: path}",
             )
         return found
 
@@ -204,6 +207,14 @@ def load_scenario(path: str | Path) -> Scenario:
     return scenario
 
 
+# config.json model_type values whose decoder blocks are the Llama-style shape ModelArch describes (q/k/v/o
+# projections, a SwiGLU MLP, RMSNorm; MoE for the *_moe / mixtral types): transformers' modeling_<type>.py files
+HF_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
+                            "gemma2", "gemma3_text", "phi3", "olmo2", "granite"})  # fmt: skip
+# name endings of instruction-tuned, chat and format variants that keep their base model's architecture
+MODEL_VARIANT_SUFFIXES = ("-instruct", "-chat", "-base", "-it", "-hf", "-sft")
+PARAM_TOLERANCE = 0.03  # a computed parameter count this far from the published one is worth a warning
+
 _HF_KEYS = {
     "layers": "num_hidden_layers",
     "hidden": "hidden_size",
@@ -244,6 +255,15 @@ def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
     arch["qkv_bias"] = cfg.get("model_type") in {"qwen2", "qwen2_moe"} or bool(cfg.get("attention_bias", False))
     arch["name"] = cfg.get("_name_or_path") or p.parent.name or "hf-config"
     arch["source"] = str(p)
+    if cfg.get("head_dim") is not None:  # Gemma-2: 256, not hidden / heads
+        arch["head_dim"] = cfg["head_dim"]
+    model_type = cfg.get("model_type")
+    arch["model_type"] = str(model_type) if model_type is not None else None
+    notes = []
+    if model_type is not None and str(model_type) not in HF_MODEL_TYPES:
+        notes.append(f"model_type '{model_type}' is not one of the decoder families ftopt models "
+                     f"({', '.join(sorted(HF_MODEL_TYPES))}); the figures assume a Llama-style decoder")  # fmt: skip
+    arch["import_notes"] = tuple(notes)
     try:
         return validate(ModelArch, arch, str(p))
     except InputError as exc:  # name the config.json key, not ours
@@ -253,8 +273,57 @@ def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
         raise InputError(str(p), hf_key, exc.problem) from None
 
 
+def base_model_name(name: str, known: Iterable[str]) -> str | None:
+    """The catalog name ``name`` is a variant of (Qwen2.5-7B-Instruct -> Qwen2.5-7B), or None.
+
+    Endings in MODEL_VARIANT_SUFFIXES are removed one at a time (Llama-2-7b-chat-hf -> Llama-2-7b), and an
+    organisation prefix (``meta-llama/``) is dropped.
+    """
+    lowered = {k.lower(): k for k in known}
+    text = name.rsplit("/", 1)[-1].lower()
+    while True:
+        if text in lowered:
+            return lowered[text]
+        cut = next((sfx for sfx in MODEL_VARIANT_SUFFIXES if text.endswith(sfx)), None)
+        if cut is None:
+            return None
+        text = text[: -len(cut)]
+
+
+def _params_note(arch: ModelArch, catalog: Catalog, config_path: Path | None) -> str | None:
+    """A warning when the parameter count the architecture implies is off from a published or stored total.
+
+    Compared with: the catalog's published count for the same model name, and the size of the weights listed
+    in ``model.safetensors.index.json`` beside the config (metadata.total_size / bytes of torch_dtype).
+    """
+    implied = arch.layers * arch.layer_params + arch.embedding_params + arch.hidden
+    base = base_model_name(arch.name, [m.name for m in catalog.models.values()])
+    published = catalog.models[base.lower()].params if base else None
+    label = f"catalog {base}" if published else ""
+    index = config_path.parent / "model.safetensors.index.json" if config_path else None
+    if not published and index is not None and index.is_file():
+        try:
+            total = json.loads(index.read_text(encoding="utf-8"))["metadata"]["total_size"]
+            dtype = json.loads(config_path.read_text(encoding="utf-8")).get("torch_dtype")  # type: ignore[union-attr]
+        except (OSError, ValueError, KeyError, TypeError):
+            total, dtype = None, None
+        width = {"bfloat16": 2, "float16": 2, "float32": 4}.get(str(dtype))
+        published = int(total) // width if isinstance(total, int) and width else None
+        label = f"{index.name} ({dtype} weights)"
+    if not published or abs(implied / published - 1) <= PARAM_TOLERANCE:
+        return None
+    return (
+        f"the architecture implies {implied / 1e9:,.3f} B parameters but {label} says {published / 1e9:,.3f} B "
+        f"({implied / published - 1:+.1%}): check head_dim, tie_word_embeddings and intermediate_size"
+    )
+
+
 def resolve_model(scenario: Scenario, catalog: Catalog, scenario_path: str | Path | None = None) -> ModelArch:
-    """The scenario's architecture: a catalog name, an inline mapping or an HF config.json."""
+    """The scenario's architecture: a catalog name (or a variant of one), an inline mapping or an HF config.json.
+
+    What was assumed on the way (a variant read as its base, a parameter count that disagrees with a published
+    one, an unfamiliar model_type) is kept in ``import_notes`` for the report.
+    """
     label = str(scenario_path or "scenario")
     if isinstance(scenario.model, ModelArch):
         return scenario.model
@@ -262,5 +331,14 @@ def resolve_model(scenario: Scenario, catalog: Catalog, scenario_path: str | Pat
         p = Path(scenario.model.hf_config)
         if not p.is_absolute() and not p.exists() and scenario_path is not None:
             p = Path(scenario_path).parent / p
-        return import_hf_config(p, label)
-    return catalog.model(scenario.model, label)
+        arch = import_hf_config(p, label)
+        note = _params_note(arch, catalog, p)
+        return arch.model_copy(update={"import_notes": (*arch.import_notes, note)}) if note else arch
+    name = scenario.model
+    base = base_model_name(name, [m.name for m in catalog.models.values()])
+    if base is None or base.lower() == name.lower():
+        return catalog.model(name, label)
+    note = (f"'{name}' read as '{base}': instruction-tuned, chat and -hf variants share their base model's "
+            "architecture, and that is all the plan depends on")  # fmt: skip
+    arch = catalog.model(base, label)
+    return arch.model_copy(update={"import_notes": (*arch.import_notes, note)})

@@ -1,6 +1,8 @@
 """The ``ftopt`` command line: parse, call one library function, hand the result to report.py.
 
-Every FtoptError becomes one line on stderr and exit status 2; nothing is written when a command fails.
+Exit status (EXIT_CODES, also in ``ftopt --help`` and README.md): 0 an answer with a plan; 1 an answer without
+one (infeasible scenario, an estimate that does not fit, ``batch --strict`` with an error or infeasible row);
+2 bad input (every FtoptError: one line on stderr, nothing written); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -16,11 +18,27 @@ from optimizer import report, report_batch, report_catalog, report_front
 from optimizer.catalog import load_catalog
 from optimizer.cli_measure import calibrate_command, probe_command
 from optimizer.cli_portfolio import portfolio as portfolio_command
-from optimizer.errors import FtoptError
+from optimizer.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_NO_PLAN, FtoptError
 from optimizer.planner import Overrides, estimate_scenario, solve_scenario
 from optimizer.schema import Checkpointing, Objective, Offload, Precision
 from optimizer.solver import SolverSettings
 from optimizer.validator import validate_catalog_files
+
+EXIT_CODES = f"""\b
+Exit status:
+  0    answered with a plan (solve, pareto), the configuration fits (estimate), every batch row solved
+  {EXIT_NO_PLAN}    answered without a plan: infeasible scenario, estimate DOES NOT FIT, batch --strict with an
+       error or infeasible row
+  {EXIT_BAD_INPUT}    bad input: the one-line error names the file, the field and what is allowed
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); batch keeps every finished row
+"""
+
+
+def _no_plan_unless(answered: bool) -> None:
+    """End the command with EXIT_NO_PLAN when the answer it printed has no plan."""
+    if not answered:
+        click.get_current_context().exit(EXIT_NO_PLAN)
+
 
 SOLVE_EXAMPLES = """\b
 Examples:
@@ -28,17 +46,20 @@ Examples:
   ftopt solve scenarios/7b-qlora.yaml --objective time --json
   ftopt solve scenarios/70b.yaml --budget 20000 --deadline-hours 72 --top 3
   ftopt solve scenarios/7b-full.yaml --launch-dir launch/
+  ftopt solve my-job.yaml --add-catalog my-offers.yaml
 """
 ESTIMATE_EXAMPLES = """\b
 Examples:
-  ftopt estimate scenarios/7b-lora.yaml --gpu RTX-4090 --cards 1 --micro-batch 2 --checkpointing full
-  ftopt estimate scenarios/70b.yaml --gpu A100-80G --cards 8 --zero 3 --offload optimizer --micro-batch 1 --json
+  ftopt estimate scenarios/7b-qlora.yaml --gpu RTX-4090 --cards 1 --micro-batch 1 --checkpointing full
+  ftopt estimate scenarios/70b.yaml --gpu A100-80G --cards 8 --zero 3 --offload optimizer --micro-batch 1 \
+    --checkpointing full --json
 """
 
 
 def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--json``: print the DESIGN.md section 6 document instead of tables."""
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON (DESIGN.md section 6).")(f)
+    """``--json``: print the docs/json-contract.md document instead of tables."""
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print JSON instead of tables (keys: docs/json-contract.md).")(f)  # fmt: skip
 
 
 def calibration_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -48,7 +69,24 @@ def calibration_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def catalog_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--catalog``: offer files replacing the scenario's."""
-    return click.option("--catalog", "catalogs", multiple=True, type=click.Path(), help="Offers file (repeatable).")(f)
+    return click.option("--catalog", "catalogs", multiple=True, type=click.Path(),
+                        help="Offers file or built-in name (cn, us); REPLACES the scenario's catalog (repeatable).",
+                        )(f)  # fmt: skip
+
+
+def add_catalog_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--add-catalog``: offer files added to the scenario's."""
+    return click.option("--add-catalog", "added", multiple=True, type=click.Path(),
+                        help="Offers file offered BESIDE the scenario's catalog (repeatable).")(f)  # fmt: skip
+
+
+def overrides(objective: str | None = None, budget: float | None = None, deadline_hours: float | None = None,
+              catalogs: tuple[str, ...] = (), added: tuple[str, ...] = (),
+              calibration: str | None = None) -> Overrides:  # fmt: skip
+    """The command line's replacements for scenario values."""
+    return Overrides(objective=Objective(objective) if objective else None, budget=budget,
+                     deadline_hours=deadline_hours, catalog=list(catalogs) or None, add_catalog=list(added) or None,
+                     calibration=calibration)  # fmt: skip
 
 
 class FtoptGroup(click.Group):
@@ -60,10 +98,10 @@ class FtoptGroup(click.Group):
             return super().invoke(ctx)
         except FtoptError as exc:
             click.echo(f"ftopt: error: {exc}", err=True)
-            ctx.exit(2)
+            ctx.exit(EXIT_BAD_INPUT)
 
 
-@click.group(cls=FtoptGroup)
+@click.group(cls=FtoptGroup, epilog=EXIT_CODES)
 @click.version_option(package_name="ftopt")
 def cli() -> None:
     """Plan LLM fine-tuning on rented GPUs: what to rent, how many, how long, configured how."""
@@ -78,14 +116,14 @@ def cli() -> None:
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT time limit (s).")
 @click.option("--launch-dir", type=click.Path(file_okay=False), help="Write launch.yaml (and ds_config.json) here.")
 @catalog_option
+@add_catalog_option
 @calibration_option
 @json_option
 def solve(scenario: str, objective: str | None, budget: float | None, deadline_hours: float | None, top_k: int,
-          time_limit: float, launch_dir: str | None, catalogs: tuple[str, ...], calibration: str | None,
-          as_json: bool) -> None:  # fmt: skip
-    """Find the optimal plan for SCENARIO (proven by CP-SAT)."""
-    ov = Overrides(Objective(objective) if objective else None, budget, deadline_hours, list(catalogs) or None,
-                   calibration)  # fmt: skip
+          time_limit: float, launch_dir: str | None, catalogs: tuple[str, ...], added: tuple[str, ...],
+          calibration: str | None, as_json: bool) -> None:  # fmt: skip
+    """Find the optimal plan for SCENARIO (proven by CP-SAT); exit 1 when it has none."""
+    ov = overrides(objective, budget, deadline_hours, catalogs, added, calibration)
     result = solve_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit), top_k=top_k)
     for name, text in report.launch_files(result.launch or {}).items() if launch_dir and result.launch else ():
         report.write_atomic(f"{launch_dir}/{name}", text)
@@ -93,30 +131,36 @@ def solve(scenario: str, objective: str | None, budget: float | None, deadline_h
         click.echo(report.dumps(report.solve_json(result)), nl=False)
     else:
         report.print_solve(result, report.console())
+    _no_plan_unless(result.relaxation is None)
 
 
 @cli.command(epilog=ESTIMATE_EXAMPLES)
 @click.argument("scenario", type=click.Path())
-@click.option("--gpu")
+@click.option("--gpu", help="GPU id or alias (ftopt catalog list); needed unless the scenario's plan: pins it.")
 @click.option("--offer", help="Offer id (default: the cheapest offer for the GPU).")
-@click.option("--cards", type=int)
-@click.option("--tp", type=int)
-@click.option("--pp", type=int)
-@click.option("--zero", "zero_stage", type=click.IntRange(0, 3))
-@click.option("--micro-batch", type=int)
-@click.option("--offload", type=click.Choice([o.value for o in Offload]))
-@click.option("--checkpointing", type=click.Choice([c.value for c in Checkpointing]))
-@click.option("--precision", type=click.Choice([p.value for p in Precision]))
+@click.option("--cards", type=int, help="GPUs (= tp x pp x dp); needed unless pinned in the scenario.")
+@click.option("--tp", type=int, help="Tensor-parallel degree (default 1).")
+@click.option("--pp", type=int, help="Pipeline-parallel degree (default 1).")
+@click.option("--zero", "zero_stage", type=click.IntRange(0, 3), help="ZeRO stage 0-3 (default 0).")
+@click.option("--micro-batch", type=int, help="Sequences per GPU per forward pass; needed unless pinned.")
+@click.option("--offload", type=click.Choice([o.value for o in Offload]), help="What moves to host RAM (default none).")
+@click.option("--checkpointing", type=click.Choice([c.value for c in Checkpointing]),
+              help="Activation checkpointing (default none).")  # fmt: skip
+@click.option("--precision", type=click.Choice([p.value for p in Precision]),
+              help="Compute precision (default bf16; without bf16 the engine's fallback, fp16 or fp32).")  # fmt: skip
 @catalog_option
+@add_catalog_option
 @calibration_option
 @json_option
-def estimate(scenario: str, catalogs: tuple[str, ...], calibration: str | None, as_json: bool, **pins: Any) -> None:
-    """Evaluate one configuration of SCENARIO: memory breakdown, fit, time and cost."""
-    est = estimate_scenario(scenario, pins, Overrides(catalog=list(catalogs) or None, calibration=calibration))
+def estimate(scenario: str, catalogs: tuple[str, ...], added: tuple[str, ...], calibration: str | None,
+             as_json: bool, **pins: Any) -> None:  # fmt: skip
+    """Evaluate one configuration of SCENARIO: memory breakdown, fit, time and cost; exit 1 when it does not fit."""
+    est = estimate_scenario(scenario, pins, overrides(catalogs=catalogs, added=added, calibration=calibration))
     if as_json:
         click.echo(report.dumps(report.estimate_json(est)), nl=False)
     else:
         report.print_estimate(est, report.console())
+    _no_plan_unless(est.memory is not None and est.memory.fits)
 
 
 PARETO_EXAMPLES = """\b
@@ -141,15 +185,16 @@ Examples:
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the front as CSV to this file.")
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT limit per stage (s).")
 @catalog_option
+@add_catalog_option
 @calibration_option
 @json_option
 def pareto(scenario: str, budget: float | None, deadline_hours: float | None, plot_path: str | None,
-           csv_path: str | None, time_limit: float, catalogs: tuple[str, ...], calibration: str | None,
-           as_json: bool) -> None:  # fmt: skip
-    """Every non-dominated plan of SCENARIO, total cost versus wall-clock hours (each proven by CP-SAT)."""
+           csv_path: str | None, time_limit: float, catalogs: tuple[str, ...], added: tuple[str, ...],
+           calibration: str | None, as_json: bool) -> None:  # fmt: skip
+    """Every non-dominated plan of SCENARIO, cost versus wall-clock hours (each proven by CP-SAT); exit 1 if none."""
     from optimizer.pareto import pareto_scenario
 
-    ov = Overrides(None, budget, deadline_hours, list(catalogs) or None, calibration)
+    ov = overrides(None, budget, deadline_hours, catalogs, added, calibration)
     result = pareto_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit))
     if plot_path:
         report_front.plot_front(result, plot_path)
@@ -159,6 +204,7 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
         click.echo(report.dumps(report_front.pareto_json(result)), nl=False)
     else:
         report_front.print_pareto(result, report.console())
+    _no_plan_unless(bool(result.estimates))
 
 
 @cli.command(epilog=BATCH_EXAMPLES)
@@ -168,9 +214,10 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", help="Process pool or Ray.")
 @click.option("--address", help="Ray cluster address (default: start a local Ray).")
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT limit per solve (s).")
+@click.option("--strict", is_flag=True, help=f"Exit {EXIT_NO_PLAN} when any row is an error or infeasible.")
 @calibration_option
 def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, backend: str, address: str | None,
-          time_limit: float, calibration: str | None) -> None:  # fmt: skip
+          time_limit: float, strict: bool, calibration: str | None) -> None:  # fmt: skip
     """Solve every scenario in SCENARIOS (files, folders, globs); one result row per scenario."""
     from optimizer.batch import Backend, expand, output_format, run_batch
 
@@ -183,7 +230,8 @@ def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, b
                             on_start, on_row, calibration)  # fmt: skip
     report_batch.print_batch_summary(summary, output, report.console() if output is None else err)
     if summary.interrupted:
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    _no_plan_unless(not strict or not (summary.counts.get("error") or summary.counts.get("infeasible")))
 
 
 CATALOG_EXAMPLES = """\b
@@ -224,11 +272,12 @@ def catalog_list(catalogs: tuple[str, ...], as_json: bool) -> None:
 @json_option
 def catalog_show(ident: str, catalogs: tuple[str, ...], as_json: bool) -> None:
     """Every field of the GPU (id or alias) or offer ID, with sources and dates."""
-    entry = report_catalog.catalog_entry(load_catalog(list(catalogs) or None), ident)
+    catalog = load_catalog(list(catalogs) or None)
+    entry = report_catalog.catalog_entry(catalog, ident)
     if as_json:
-        click.echo(report.dumps(report_catalog.entry_json(entry)), nl=False)
+        click.echo(report.dumps(report_catalog.entry_json(entry, catalog)), nl=False)
     else:
-        report_catalog.print_entry(entry, report.console())
+        report_catalog.print_entry(entry, report.console(), catalog)
 
 
 @catalog_group.command("validate", epilog=CATALOG_EXAMPLES)
@@ -262,10 +311,10 @@ cli.add_command(portfolio_command)
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors (ours and click's usage errors) print one line and exit 2."""
     try:
-        code = cli.main(args=argv, standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("ftopt: aborted", err=True)
-        sys.exit(130)
+        code = cli.main(args=argv, prog_name="ftopt", standalone_mode=False)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("ftopt: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     except click.ClickException as exc:
         click.echo(f"ftopt: error: {' '.join(exc.format_message().split())}", err=True)
         sys.exit(2)

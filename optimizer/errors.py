@@ -9,6 +9,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+EXIT_NO_PLAN = 1  # answered, and the answer is "no plan" / "does not fit"
+EXIT_BAD_INPUT = 2  # an FtoptError: one line on stderr
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+
 
 class FtoptError(Exception):
     """A user-facing error whose ``str`` is the complete one-line message."""

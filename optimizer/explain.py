@@ -26,6 +26,7 @@ import numpy as np
 
 from optimizer.catalog import Catalog, default_offer_files, load_catalog
 from optimizer.errors import FtoptError, InputError
+from optimizer.explain_relax import Option, names_with_plan, single_options, tradeoff, tradeoff_text
 from optimizer.schema import ModelArch, Objective, PlanPins, Scenario
 from optimizer.schema_catalog import Gpu, Offer
 from optimizer.solver import Limits, SolverSettings, cents, seconds, solve
@@ -53,6 +54,8 @@ class Relaxation:
     deadline_needed_hours: float | None = None
     memory_needed_bytes: int | None = None
     gpus_that_fit: list[str] = field(default_factory=list)
+    options: list[Option] = field(default_factory=list)  # every single-limit change that restores a plan
+    tradeoff: list[tuple[float, float]] = field(default_factory=list)  # (cost, hours) front when both bind
 
 
 # ------------------------------------------------------------------------------------------------ pins
@@ -196,10 +199,8 @@ def _shrink(space: Space, limits: Limits, settings: SolverSettings) -> list[str]
 
 def _allowed_gpus(space: Space, limits: Limits, settings: SolverSettings) -> list[str]:
     """GPU ids with a plan under ``limits`` without the GPU allow-list."""
-    free = limits.without("gpus")
-    gpu_of = np.array([space.offers[int(i)].gpu for i in space.cand.offer_idx])
-    fits = [g for g in sorted(set(gpu_of)) if _feasible(space, Objective.cost, free, settings, gpu_of == g) is not None]
-    return [str(g) for g in fits]
+    gpu_of = [space.offers[int(i)].gpu for i in space.cand.offer_idx]
+    return names_with_plan(space, limits.without("gpus"), settings, gpu_of)
 
 
 def _hours_needed(space: Space, i: int) -> float:
@@ -244,6 +245,10 @@ def _budget_deadline(space: Space, objective: Objective, lim: Limits, settings: 
                          f"{objective.value}-optimal plan without them costs {_money_needed(space, both):,.2f} {cur} "
                          f"and takes {_hours_needed(space, both):g} h: raise the budget and extend the deadline to "
                          "at least these")  # fmt: skip
+            if has_b and has_d:
+                rel.tradeoff = tradeoff(space, lim, settings)
+                parts.append("or trade one against the other: any budget / deadline pair on the front admits a "
+                             f"plan: {tradeoff_text(rel.tradeoff, cur)}")  # fmt: skip
     return parts
 
 
@@ -252,7 +257,9 @@ def explain(space: Space, objective: Objective, limits: Limits, settings: Solver
     """The binding constraints of an infeasible scenario and the relaxation that fixes each (module docstring)."""
     check_pins(space, source)
     if len(space.cand) == 0:
-        return explain_memory(space, catalog, source)
+        rel = explain_memory(space, catalog, source)
+        _add_options(rel, space, limits, settings, catalog, source)  # the host RAM limit may be what binds
+        return rel
     allow_core = _shrink(space, limits, settings)
     rel = Relaxation([FIELD_OF[n] for n in allow_core], "")
     parts = []
@@ -271,4 +278,16 @@ def explain(space: Space, objective: Objective, limits: Limits, settings: Solver
             more[0] = f"with {', '.join(rel.binding[: len(allow_core)])} relaxed, {more[0]}"
         parts += more
     rel.message = "; ".join(parts) or "no plan meets the constraints"
+    _add_options(rel, space, limits, settings, catalog, source)
     return rel
+
+
+def _add_options(rel: Relaxation, space: Space, limits: Limits, settings: SolverSettings, catalog: Catalog,
+                 source: str) -> None:  # fmt: skip
+    """Fill ``rel.options`` with every single-limit change that restores a plan; the message names the others."""
+    gpu_ids = sorted(limits.gpus) if limits.gpus is not None else None
+    rel.options = single_options(space, limits, settings, catalog, gpu_ids, source)
+    others = [o.text for o in rel.options if o.field not in rel.binding]
+    if others:
+        lead = "each of these alone also restores a plan" if rel.binding != ["memory"] else "with room in host RAM"
+        rel.message += f"; {lead}: {'; '.join(others)}"

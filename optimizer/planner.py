@@ -12,12 +12,22 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer.catalog import Catalog, load_catalog, load_scenario, resolve_model, scenario_offer_files
+from optimizer.catalog import (
+    Catalog,
+    default_offer_files,
+    load_catalog,
+    load_scenario,
+    resolve_model,
+    resolve_offer_file,
+    scenario_offer_files,
+)
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
+from optimizer.context import model_report, offer_report, scenario_notes
 from optimizer.errors import InputError, SolverLimitError
 from optimizer.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.launch import launch_settings
 from optimizer.models import cost
+from optimizer.models.attention import attention_on
 from optimizer.models.engines import engine_key
 from optimizer.models.uncertainty import band
 from optimizer.overlay import LoadedOverlay, group_accuracy, load_overlay, usage
@@ -35,7 +45,8 @@ class Overrides:
     objective: Objective | None = None
     budget: float | None = None
     deadline_hours: float | None = None
-    catalog: list[str] | None = None
+    catalog: list[str] | None = None  # --catalog: replaces the scenario's catalog
+    add_catalog: list[str] | None = None  # --add-catalog: offered beside the scenario's catalog
     calibration: str | None = None  # calibration overlay file (replaces the scenario's ``calibration:``)
 
 
@@ -93,6 +104,9 @@ def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scena
     if update:
         sc = sc.model_copy(update=update)
     files = scenario_offer_files(sc, path)
+    if ov.add_catalog:  # beside the scenario's offers (every built-in one when it names none)
+        added = [resolve_offer_file(n, source, "--add-catalog") for n in ov.add_catalog]
+        files = [*(files if files is not None else default_offer_files()), *added]
     return sc, with_overlay(load_catalog(files), sc, path, ov), source
 
 
@@ -126,6 +140,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         checkpointing=CHECKPOINTING[int(c.cfg.checkpointing[i])],
         term=b.term,
         billed_units=b.units,
+        attention=attention_on(space.gpus[int(c.offer_idx[i])], space.scenario.training.attention),
     )
     capacity = int(c.hw.capacity_bytes[i])
     memory = MemoryReport(
@@ -148,10 +163,11 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
     offer_total = round(b.per_card * int(c.cards[i]), 2)
     money = CostReport(total=offer_total, currency=offer.currency)
     if offer.currency != space.currency:
-        money = CostReport(
-            total=offer_total, currency=offer.currency, budget_currency_total=round(float(space.cost_total[i]), 2)
-        )
-    est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money)
+        money = CostReport(total=offer_total, currency=offer.currency,
+                           budget_currency_total=round(float(space.cost_total[i]), 2), budget_currency=space.currency)
+    arch = space.job.arch
+    est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money, model=model_report(arch),
+                   offer=offer_report(offer, b.units), notes=scenario_notes(space.scenario, arch))  # fmt: skip
     loaded: LoadedOverlay | None = space.overlay
     engine = engine_key(space.scenario, space.job)
     groups = (None, None) if loaded is None else (

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from optimizer.atomic import write_atomic
+from optimizer.explain import Relaxation
 from optimizer.models.uncertainty import headroom_for_p90
 from optimizer.planner import SolveResult
 from optimizer.report_measure import calibration_lines
@@ -23,7 +24,7 @@ MEMORY_ROWS = ("weights", "gradients", "optimizer", "activations", "logits", "ov
 
 
 def estimate_json(est: Estimate) -> dict[str, Any]:
-    """The DESIGN.md section 6 document: status, plan, memory, time, cost."""
+    """The docs/json-contract.md document: status, plan, memory, time, cost (and model, notes, uncertainty)."""
     return est.model_dump(mode="json")
 
 
@@ -40,12 +41,19 @@ def solve_json(result: SolveResult) -> dict[str, Any]:
             "memory_needed_bytes": r.memory_needed_bytes,
             "gpus_that_fit": r.gpus_that_fit,
             "currency": result.currency,
+            **alternatives_json(r),
         }
     if result.best.status.value == "feasible" and result.bound is not None:  # stopped by --time-limit
         objective = result.scenario.objective.value
         doc["bound"] = {"objective": objective, "value": result.bound,
                         "unit": result.currency if objective == "cost" else "hours"}  # fmt: skip
     return doc
+
+
+def alternatives_json(r: Relaxation) -> dict[str, Any]:
+    """Every single change that gives a plan, and the budget/deadline front when both bind (docs/json-contract.md)."""
+    return {"relaxations": [{"field": o.field, "value": o.value, "text": o.text} for o in r.options],
+            "tradeoff": [{"cost": c, "hours": h} for c, h in r.tradeoff]}  # fmt: skip
 
 
 def dumps(doc: Any) -> str:
@@ -82,6 +90,15 @@ def _units(term: str, count: int) -> str:
     return f"{count:,} {term}{'s' if count != 1 else ''}"
 
 
+_PRICE_OF = {"second": "hourly price billed per second", "minute": "hourly price billed per minute",
+             "hour": "hourly price", "day": "daily price", "week": "weekly price", "month": "monthly price"}
+
+
+def billing_basis(term: str) -> str:
+    """What a plan's ``term`` means in words: 'hourly price billed per second', 'monthly price + hourly price'."""
+    return " + ".join(_PRICE_OF.get(t, t) for t in term.split("+"))
+
+
 def _gib(n: int) -> str:
     return f"{n / GIB:,.1f} GiB"
 
@@ -93,6 +110,7 @@ def _plan_line(est: Estimate) -> str:
         f"{p.cards} x {p.gpu} ({p.nodes} node{'s' if p.nodes > 1 else ''}, offer {p.offer}); tp={p.tp} pp={p.pp} "
         f"dp={p.dp}; ZeRO-{p.zero_stage} offload={p.offload.value}; micro_batch={p.micro_batch} "
         f"grad_accum={p.grad_accum}; {p.precision.value}; {p.optimizer.value}; checkpointing={p.checkpointing.value}"
+        + (f"; attention={p.attention.value}" if p.attention else "")
     )
 
 
@@ -120,16 +138,43 @@ def estimate_lines(est: Estimate) -> list[Any]:
     units = ", ".join(_units(k, v) for k, v in p.billed_units.items())
     fits = "fits" if est.memory.fits else "DOES NOT FIT"
     return [
+        *model_lines(est),
         f"[bold]Plan[/bold] ({est.status.value}): {_plan_line(est)}",
+        *offer_lines(est),
         memory_table(est),
         f"Memory: {fits}. Time: {t.hours:,.1f} h wall clock, {t.steps:,} steps of {t.step_seconds:.2f} s, "
         f"{t.tokens_per_second:,.0f} tokens/s, MFU {100 * t.mfu:.1f}%",
         f"Cost: {c.total:,.2f} {c.currency}"
-        + (f" (= {c.budget_currency_total:,.2f} in budget currency)" if c.budget_currency_total is not None else "")
-        + f"; billed {units} per card x {p.cards} card{'s' if p.cards > 1 else ''} ({p.term})",
+        + (f" (= {c.budget_currency_total:,.2f} {c.budget_currency or 'in budget currency'})"
+           if c.budget_currency_total is not None else "")
+        + f"; {billing_basis(p.term)}: {units} per card x {p.cards} card{'s' if p.cards > 1 else ''}",
         *uncertainty_lines(est),
         *calibration_lines(est),
     ]
+
+
+def offer_lines(est: Estimate) -> list[str]:
+    """Where to rent: provider, each billed price with its source and date, and the offer's notes (e.g. a range)."""
+    o = est.offer
+    if o is None:
+        return []
+    prices = "; ".join(f"{p.amount:g} {o.currency} per card-{term} (source: {p.source}; as of {p.as_of})"
+                       for term, p in o.prices.items())  # fmt: skip
+    lines = [f"Rent: {escape(o.id)} from {escape(o.provider)}: {escape(prices)}"]
+    if o.notes:
+        lines.append(f"  offer notes: {escape(o.notes)}")
+    return lines
+
+
+def model_lines(est: Estimate) -> list[str]:
+    """The model as read (so an import can be checked) and what ftopt assumed reading the scenario."""
+    m = est.model
+    lines = []
+    if m is not None:
+        lines.append(f"Model: {escape(m.name)}, {m.params / 1e9:,.2f} B parameters; L={m.layers} h={m.hidden} "
+                     f"I={m.intermediate} heads={m.heads}/{m.kv_heads} head_dim={m.head_dim} V={m.vocab:,}"
+                     f"{' tied' if m.tied_embeddings else ''}")  # fmt: skip
+    return lines + [f"Note: {escape(n)}" for n in est.notes]
 
 
 def uncertainty_lines(est: Estimate) -> list[str]:

@@ -17,10 +17,18 @@ from optimizer.validator import CatalogCounts
 # ------------------------------------------------------------------------------------------------ catalog and models
 
 
-def _hourly_in_usd(catalog: Catalog, offer: Offer) -> float:
-    """The offer's hourly price in USD, for ranking only (the raw amount when no rate is known)."""
+def _hourly_in_usd(catalog: Catalog, offer: Offer) -> float | None:
+    """The offer's hourly price in USD (catalogs/fx.yaml), or None when no rate is known."""
+    if offer.currency == "USD":
+        return offer.prices[Term.hour].amount
     rate = catalog.rate(offer.currency, "USD")
-    return offer.prices[Term.hour].amount * (rate.rate if rate else 1.0)
+    return offer.prices[Term.hour].amount * rate.rate if rate else None
+
+
+def _rank(catalog: Catalog, offer: Offer) -> tuple[int, float, str]:
+    """Cheapest first in USD; offers whose currency has no rate to USD after every one that has."""
+    usd = _hourly_in_usd(catalog, offer)
+    return (usd is None, usd if usd is not None else offer.prices[Term.hour].amount, offer.id)
 
 
 def gpu_rows(catalog: Catalog) -> list[dict[str, Any]]:
@@ -29,11 +37,14 @@ def gpu_rows(catalog: Catalog) -> list[dict[str, Any]]:
     for gpu in catalog.gpus.values():
         offers = [o for o in catalog.offers if o.gpu == gpu.id]
         hourly = [o for o in offers if Term.hour in o.prices]
-        cheapest = min(hourly, key=lambda o: (_hourly_in_usd(catalog, o), o.id)) if hourly else None
+        cheapest = min(hourly, key=lambda o: _rank(catalog, o)) if hourly else None
+        usd = _hourly_in_usd(catalog, cheapest) if cheapest else None
         rows.append({
             "gpu": gpu.id, "memory_gib": gpu.memory_gib, "bf16_tflops": gpu.bf16_tflops, "offers": len(offers),
             "cheapest_hourly": cheapest.prices[Term.hour].amount if cheapest else None,
-            "currency": cheapest.currency if cheapest else None, "cheapest_offer": cheapest.id if cheapest else None,
+            "currency": cheapest.currency if cheapest else None,
+            "cheapest_hourly_usd": round(usd, 4) if usd is not None else None,
+            "cheapest_offer": cheapest.id if cheapest else None,
         })  # fmt: skip
     return rows
 
@@ -42,13 +53,16 @@ def gpu_table(rows: list[dict[str, Any]]) -> Table:
     """The rows of :func:`gpu_rows` as a terminal table."""
     table = Table(title="GPU types", show_edge=False)
     table.add_column("gpu", no_wrap=True, min_width=max((len(r["gpu"]) for r in rows), default=3))
-    for col in ("memory GiB", "bf16 TFLOPS", "offers", "cheapest per card-hour"):
+    for col in ("memory GiB", "bf16 TFLOPS", "offers", "cheapest per card-hour (USD)", "offer's own price"):
         table.add_column(col, justify="right")
     table.add_column("offer", overflow="fold")
     for r in rows:
-        price = f"{r['cheapest_hourly']:,.4g} {r['currency']}" if r["cheapest_hourly"] is not None else "-"
+        priced = r["cheapest_hourly"] is not None
+        usd = f"{r['cheapest_hourly_usd']:,.2f}" if r["cheapest_hourly_usd"] is not None else "- (no USD rate)"
+        own = f"{r['cheapest_hourly']:,.4g} {r['currency']}" if priced else "-"
         tflops = f"{r['bf16_tflops']:g}" if r["bf16_tflops"] is not None else "- (no bf16)"
-        table.add_row(r["gpu"], f"{r['memory_gib']:g}", tflops, str(r["offers"]), price, r["cheapest_offer"] or "-")
+        table.add_row(r["gpu"], f"{r['memory_gib']:g}", tflops, str(r["offers"]), usd if priced else "-", own,
+                      r["cheapest_offer"] or "-")  # fmt: skip
     return table
 
 
@@ -64,19 +78,40 @@ def catalog_entry(catalog: Catalog, ident: str) -> Gpu | Offer:
     raise InputError("catalog", "ID", f"no GPU or offer '{ident}'{did_you_mean(ident, known)}; see ftopt catalog list")
 
 
-def entry_json(entry: Gpu | Offer) -> dict[str, Any]:
-    """All fields of a catalog entry, with their sources, as JSON-ready data."""
-    return {"kind": "gpu" if isinstance(entry, Gpu) else "offer", **entry.model_dump(mode="json")}
+def entry_json(entry: Gpu | Offer, catalog: Catalog | None = None) -> dict[str, Any]:
+    """All fields of a catalog entry, with their sources, as JSON-ready data.
+
+    An offer's ``nvlink`` is what the plan gets: false when its GPU has no NVLink at all, whatever the offer's
+    default says (the offer field only switches NVLink off for cards that have it).
+    """
+    doc = {"kind": "gpu" if isinstance(entry, Gpu) else "offer", **entry.model_dump(mode="json")}
+    gpu = catalog.gpus.get(entry.gpu) if isinstance(entry, Offer) and catalog is not None else None
+    if gpu is not None and gpu.nvlink_gb_per_s <= 0:
+        doc["nvlink"] = False
+    return doc
 
 
-def print_entry(entry: Gpu | Offer, console: Console) -> None:
+def _nvlink_text(entry: Offer, catalog: Catalog | None) -> str:
+    gpu = catalog.gpus.get(entry.gpu) if catalog is not None else None
+    if gpu is not None and gpu.nvlink_gb_per_s <= 0:
+        return f"no ({gpu.id} has no NVLink; cards talk over PCIe)"
+    if not entry.nvlink:
+        return "no (the offer's cards are not bridged; PCIe)"
+    if gpu is None:
+        return "yes, where the GPU has it"
+    return f"yes ({gpu.nvlink_gb_per_s:g} GB/s per direction, {gpu.nvlink_domain} cards per NVLink domain)"
+
+
+def print_entry(entry: Gpu | Offer, console: Console, catalog: Catalog | None = None) -> None:
     """Every field of a GPU or an offer, one per line; prices with their source and date."""
-    doc = entry_json(entry)
+    doc = entry_json(entry, catalog)
     console.print(f"[bold]{doc.pop('kind')} {escape(doc['id'])}[/bold]")
     prices = doc.pop("prices", None)
     for key, value in doc.items():
         if value is not None and value != []:
             shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+            if key == "nvlink" and isinstance(entry, Offer):
+                shown = _nvlink_text(entry, catalog)
             console.print(f"  {key}: {escape(shown)}", soft_wrap=True)
     for term, price in (prices or {}).items():
         console.print(f"  prices.{term}: {price['amount']:g} {doc['currency']} per card-{term} "

@@ -5,8 +5,8 @@
   from ``catalogs/``;
 * plan and estimate: how to run it and what that costs (``schema_plan.py``), written by the CLI.
 
-Field names are the public contract of DESIGN.md section 6. Every model forbids unknown keys, so a typo in a
-scenario is an error rather than a silently ignored setting.
+Field names are the public contract (docs/scenario-reference.md, generated from this file; docs/json-contract.md).
+Every model forbids unknown keys, so a typo in a scenario is an error rather than a silently ignored setting.
 """
 
 from __future__ import annotations
@@ -180,13 +180,32 @@ class ModelArch(Strict):
     experts: Int = Field(1, ge=1, le=1024, description="MoE experts per layer (1 = dense)")
     experts_per_token: Int = Field(1, ge=1, le=1024, description="experts routed per token")
     qkv_bias: bool = Field(False, description="bias on q, k, v projections (Qwen2)")
+    head_dim: Int | None = Field(
+        None,
+        gt=0,
+        le=100_000,
+        description="width d of one attention head; default hidden / heads (config.json "
+        "head_dim; Gemma-2 uses 256 with hidden 3584 and 16 heads)",
+    )
+    model_type: str | None = Field(None, description="HF config.json model_type, when the model was imported")
     source: str | None = Field(None, description="where the architecture comes from")
     notes: str | None = None
+    import_notes: tuple[str, ...] = Field((), description="what ftopt assumed or noticed when reading the model")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_head_dim(cls, data: Any) -> Any:
+        """head_dim defaults to hidden / heads when that divides evenly (the Llama/Qwen/Mistral convention)."""
+        if isinstance(data, dict) and data.get("head_dim") is None:
+            hidden, heads = data.get("hidden"), data.get("heads")
+            if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads == 0:
+                data = {**data, "head_dim": hidden // heads}
+        return data
 
     @model_validator(mode="after")
     def _shapes_consistent(self) -> ModelArch:
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        if self.head_dim is None:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}), or give head_dim")
         if self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
         if self.experts_per_token > self.experts:
@@ -194,25 +213,25 @@ class ModelArch(Strict):
         return self
 
     @property
-    def head_dim(self) -> int:
-        """Width of one attention head, d = h / a."""
-        return self.hidden // self.heads
-
-    @property
     def kv_width(self) -> int:
         """Width of the key (or value) projection, h_kv = k x d."""
-        return self.kv_heads * self.head_dim
+        return self.kv_heads * self.head_dim  # type: ignore[operator]  # set by _default_head_dim or given
+
+    @property
+    def q_width(self) -> int:
+        """Width of the query projection and of o_proj's input, h_q = a x d (= h unless head_dim says otherwise)."""
+        return self.heads * self.head_dim  # type: ignore[operator]
 
     @property
     def layer_params(self) -> int:
         """Parameters of one decoder block (all experts).
 
-        2h^2 (q, o) + 2 h h_kv (k, v) + qkv bias (h + 2 h_kv) + experts x 3 h I (SwiGLU) + router h x experts
-        + 2h (two RMSNorm weights). Source: HF LlamaDecoderLayer / Qwen2DecoderLayer shapes; the totals match
-        the published counts in ../shared/reference/models.yaml.
+        2 h h_q (q, o; h_q = a d, which is h unless head_dim is given) + 2 h h_kv (k, v) + qkv bias (h_q + 2 h_kv)
+        + experts x 3 h I (SwiGLU) + router h x experts + 2h (two RMSNorm weights). Source: HF LlamaDecoderLayer /
+        Qwen2DecoderLayer shapes; the totals match the published counts in catalogs/models.yaml.
         """
-        h, kv, inter = self.hidden, self.kv_width, self.intermediate
-        attn = 2 * h * h + 2 * h * kv + (h + 2 * kv if self.qkv_bias else 0)  # q, o, k, v (+ bias)
+        h, kv, inter, hq = self.hidden, self.kv_width, self.intermediate, self.q_width
+        attn = 2 * h * hq + 2 * h * kv + (hq + 2 * kv if self.qkv_bias else 0)  # q, o, k, v (+ bias)
         mlp = self.experts * 3 * h * inter + (h * self.experts if self.experts > 1 else 0)  # SwiGLU (+ router)
         return attn + mlp + 2 * h  # + two norms
 
@@ -270,22 +289,47 @@ ModelField = Annotated[
 class LoraSpec(Strict):
     """LoRA adapters: rank r on the listed HF module names (``all-linear`` = every linear layer of the blocks)."""
 
-    rank: Int = Field(16, gt=0, le=65536)
-    alpha: Float = Field(32, gt=0, allow_inf_nan=False)
+    rank: Int = Field(16, gt=0, le=65536, description="adapter rank r (trainable parameters grow linearly with it)")
+    alpha: Float = Field(
+        32,
+        gt=0,
+        allow_inf_nan=False,
+        description="LoRA scaling numerator (alpha / r); no effect on memory or time, passed to the launch settings",
+    )
     targets: list[LoraTarget] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         min_length=1,
+        description="HF module names that get adapters; default every linear layer of the decoder blocks "
+        "(all-linear is the same set); lm_head adds the output layer",
     )
-    dropout: Float = Field(0.0, ge=0, lt=1)
+    dropout: Float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="adapter dropout; above 0 each adapted module also keeps "
+        "its dropped-out input and mask for backward (more activation memory)",
+    )
 
 
 class DataSpec(Strict):
-    """Training data: ``tokens`` directly, or ``samples`` x ``avg_tokens``; repeated ``epochs`` times."""
+    """Training data: ``tokens`` directly, or ``samples`` x ``avg_tokens``; repeated ``epochs`` times.
+
+    ``packing`` says how samples become rows of ``seq_len`` tokens. Packed (the default): samples are concatenated
+    and cut into full rows, so the GPUs process the data's tokens and nothing else; a sample longer than seq_len
+    continues in the next row. Padded (``packing: false``): each sample gets its own row, padded to seq_len (the
+    upper bound; padding each micro-batch only to its longest sample costs less) or cut at seq_len, so the GPUs
+    process samples x seq_len tokens per epoch. Memory is the same either way (a row is seq_len tokens).
+    """
 
     tokens: PositiveFloat | None = Field(None, le=1e16, description="training tokens per epoch")
-    samples: Int | None = Field(None, gt=0, le=10**13)
-    avg_tokens: PositiveFloat | None = Field(None, le=10_000_000)
-    epochs: Float = Field(1, gt=0, le=10_000, allow_inf_nan=False)
+    samples: Int | None = Field(None, gt=0, le=10**13, description="training samples (sequences) per epoch")
+    avg_tokens: PositiveFloat | None = Field(None, le=10_000_000, description="mean tokens per sample")
+    epochs: Float = Field(1, gt=0, le=10_000, allow_inf_nan=False, description="passes over the data")
+    packing: bool = Field(
+        True,
+        description="true: samples packed into full seq_len rows (time counts the data's tokens); false: one "
+        "sample per row, padded or cut to seq_len (time counts samples x seq_len); false needs samples and avg_tokens",
+    )
 
     @model_validator(mode="after")
     def _one_size(self) -> DataSpec:
@@ -293,7 +337,15 @@ class DataSpec(Strict):
             raise ValueError("give either tokens, or samples and avg_tokens")
         if self.tokens is not None and self.samples is not None:
             raise ValueError("give either tokens, or samples and avg_tokens, not both")
+        if not self.packing and self.samples is None:
+            raise ValueError("packing: false needs samples and avg_tokens (padding is per sample)")
         return self
+
+    def tokens_processed(self, seq_len: int) -> float:
+        """Tokens the GPUs process over all epochs: the data's tokens when packed, samples x seq_len when padded."""
+        if self.packing or self.samples is None:
+            return self.total_tokens
+        return float(self.samples) * seq_len * self.epochs
 
     @property
     def total_tokens(self) -> float:
@@ -305,11 +357,26 @@ class DataSpec(Strict):
 class Training(Strict):
     """Software stack: framework defaults, sharding, optimizer, attention kernel, loss, memory techniques."""
 
-    framework: Framework = Framework.hf
-    sharding: Sharding = Sharding.deepspeed
-    optimizer: OptimizerName = OptimizerName.adamw
-    attention: Attention = Attention.flash
-    loss: Loss = Loss.auto
+    framework: Framework = Field(
+        Framework.hf,
+        description="training stack whose defaults the memory and time models follow (hf = transformers Trainer / TRL)",
+    )
+    sharding: Sharding = Field(Sharding.deepspeed, description="hf only: how ZeRO-style sharding is implemented")
+    optimizer: OptimizerName = Field(
+        OptimizerName.adamw,
+        description="decides the optimizer-state bytes per "
+        "trainable parameter (adamw 8+4 B fp32 moments and master copy)",
+    )
+    attention: Attention = Field(
+        Attention.flash,
+        description="attention kernel; flash runs only on compute "
+        "capability 8.0+ and MI300 (elsewhere the plan runs sdpa); eager stores the s x s "
+        "scores",
+    )
+    loss: Loss = Field(
+        Loss.auto,
+        description="cross-entropy implementation; auto takes the framework default (sizes the logits buffer)",
+    )
     base_bits: Literal[16, 8, 4] | None = Field(None, description="frozen base bits; default 16 (lora), 4 (qlora)")
     checkpoint_every_hours: Float | None = Field(
         None, gt=0, le=10_000, description="save a checkpoint this often (adds save time); default from calibration"
@@ -332,17 +399,21 @@ class Training(Strict):
 class Budget(Strict):
     """Money the job may cost, in one currency."""
 
-    amount: PositiveFloat = Field(le=1e12)
-    currency: Currency
+    amount: PositiveFloat = Field(le=1e12, description="most the whole job may cost (every card, every billed unit)")
+    currency: Currency = Field(
+        description="ISO 4217 code; offers in other currencies are converted with catalogs/fx.yaml"
+    )
 
 
 class Allow(Strict):
     """User allow-lists and limits on the plan."""
 
-    gpus: list[str] | None = Field(None, min_length=1)
-    providers: list[str] | None = Field(None, min_length=1)
-    max_cards: Int | None = Field(None, gt=0, le=100_000)
-    max_nodes: Int | None = Field(None, gt=0, le=10_000)
+    gpus: list[str] | None = Field(None, min_length=1, description="GPU ids or aliases a plan may use; default any")
+    providers: list[str] | None = Field(
+        None, min_length=1, description="offer providers a plan may use (case-insensitive); default any"
+    )
+    max_cards: Int | None = Field(None, gt=0, le=100_000, description="most GPUs a plan may rent")
+    max_nodes: Int | None = Field(None, gt=0, le=10_000, description="most machines a plan may span")
     max_host_memory_gib: float | None = Field(
         None, gt=0, le=1e6, allow_inf_nan=False, description="host RAM per node that offloading may use (GiB)"
     )
@@ -363,41 +434,61 @@ def _term_from_plan(value: Any) -> Any:
 class PlanPins(Strict):
     """Decision variables the user fixes; the keys of the JSON plan. ``solve`` optimises the rest."""
 
-    gpu: str | None = None
-    offer: str | None = None
-    cards: Int | None = Field(None, gt=0, le=100_000)
-    nodes: Int | None = Field(None, gt=0, le=10_000)
-    tp: Int | None = Field(None, gt=0, le=1024)
-    pp: Int | None = Field(None, gt=0, le=1024)
-    dp: Int | None = Field(None, gt=0, le=100_000)
-    zero_stage: Int | None = Field(None, ge=0, le=3)
-    offload: Offload | None = None
-    micro_batch: Int | None = Field(None, gt=0, le=100_000)
-    grad_accum: Int | None = Field(None, gt=0, le=1_000_000)
-    precision: Precision | None = None
-    optimizer: OptimizerName | None = None
-    checkpointing: Checkpointing | None = None
-    term: Annotated[Term | None, BeforeValidator(_term_from_plan)] = None
+    gpu: str | None = Field(None, description="GPU id or alias")
+    offer: str | None = Field(None, description="offer id (catalog list / catalog show)")
+    cards: Int | None = Field(None, gt=0, le=100_000, description="GPUs rented (tp x pp x dp)")
+    nodes: Int | None = Field(None, gt=0, le=10_000, description="machines")
+    tp: Int | None = Field(
+        None, gt=0, le=1024, description="tensor-parallel degree (divides heads and kv_heads, within one NVLink domain)"
+    )
+    pp: Int | None = Field(None, gt=0, le=1024, description="pipeline-parallel degree")
+    dp: Int | None = Field(None, gt=0, le=100_000, description="data-parallel degree")
+    zero_stage: Int | None = Field(None, ge=0, le=3, description="ZeRO stage 0-3 (FSDP full shard = 3)")
+    offload: Offload | None = Field(None, description="what moves to host RAM")
+    micro_batch: Int | None = Field(None, gt=0, le=100_000, description="sequences per GPU per forward pass")
+    grad_accum: Int | None = Field(
+        None,
+        gt=0,
+        le=1_000_000,
+        description="micro-batches per optimizer step (micro_batch x grad_accum x dp = global_batch)",
+    )
+    precision: Precision | None = Field(None, description="compute precision")
+    optimizer: OptimizerName | None = Field(None, description="as training.optimizer")
+    checkpointing: Checkpointing | None = Field(None, description="activation checkpointing level")
+    term: Annotated[Term | None, BeforeValidator(_term_from_plan)] = Field(
+        None, description="rental term every billed unit uses (a mix such as month+hour pins nothing)"
+    )
     billed_units: dict[str, int] | None = Field(None, description="ignored on input; present in solver output")
+    attention: Attention | None = Field(
+        None, description="ignored on input (set training.attention); solver output: the kernel run on the GPU"
+    )
 
 
 class Scenario(Strict):
-    """A fine-tuning job and its limits (DESIGN.md section 6)."""
+    """A fine-tuning job and its limits."""
 
     name: str | None = Field(None, description="defaults to the file name")
-    model: ModelField
-    method: Method
-    lora: LoraSpec | None = None
-    data: DataSpec
-    seq_len: Int = Field(gt=0, le=10_000_000)
+    model: ModelField = Field(
+        description="a catalogs/models.yaml name (or an -Instruct/-Chat/-it/-hf variant of "
+        "one), an inline architecture mapping, or {hf_config: path/to/config.json}"
+    )
+    method: Method = Field(
+        description="full: every weight trains; lora: adapters over a frozen 16-bit base; "
+        "qlora: adapters over a 4-bit NF4 base"
+    )
+    lora: LoraSpec | None = Field(None, description="adapter settings (lora and qlora); defaults apply when absent")
+    data: DataSpec = Field(description="how much data: tokens, or samples and avg_tokens, times epochs")
+    seq_len: Int = Field(gt=0, le=10_000_000, description="tokens per training row (sequence length)")
     global_batch: Int = Field(gt=0, le=10_000_000, description="sequences per optimizer step")
-    training: Training = Training()
-    budget: Budget | None = None
-    deadline_hours: Float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)
-    objective: Objective = Objective.cost
+    training: Training = Field(Training(), description="software stack")
+    budget: Budget | None = Field(None, description="money limit; none means no limit")
+    deadline_hours: Float | None = Field(
+        None, gt=0, le=1e6, allow_inf_nan=False, description="wall-clock limit including start-up and checkpoint saves"
+    )
+    objective: Objective = Field(Objective.cost, description="minimised first; the other breaks ties")
     catalog: str | list[str] | None = Field(None, description="offer catalog file(s); default all built-in offers")
-    allow: Allow = Allow()
-    plan: PlanPins = PlanPins()
+    allow: Allow = Field(Allow(), description="allow-lists and limits on the plan")
+    plan: PlanPins = Field(PlanPins(), description="decision variables to pin; solve optimises the rest")
     headroom: Float = Field(0.05, ge=0, lt=0.9, description="fraction of card memory kept free")
     calibration: str | None = Field(
         None, description="calibration overlay file (ftopt calibrate -o FILE), relative to the scenario file"
@@ -409,6 +500,11 @@ class Scenario(Strict):
         if lora is not None and info.data.get("method") is Method.full:
             raise ValueError("lora settings given but method is full; use method lora or qlora, or remove lora")
         return lora
+
+    @property
+    def tokens_processed(self) -> float:
+        """Tokens the GPUs process over all epochs, padding included (DataSpec.packing)."""
+        return self.data.tokens_processed(self.seq_len)
 
     @property
     def lora_spec(self) -> LoraSpec | None:

@@ -6,14 +6,14 @@ from typing import Any
 
 from pydantic import SerializerFunctionWrapHandler, model_serializer
 
-from optimizer.schema import Checkpointing, Offload, OptimizerName, Precision, Status, Strict
+from optimizer.schema import Attention, Checkpointing, Offload, OptimizerName, Precision, Status, Strict
 
 # ---------------------------------------------------------------------------------------------------------------
 # Plan and estimate (output; also accepted back as pins)
 
 
 class Plan(Strict):
-    """Every decision variable of one configuration (DESIGN.md section 2)."""
+    """Every decision variable of one configuration (docs/json-contract.md, plan)."""
 
     gpu: str
     offer: str
@@ -31,6 +31,7 @@ class Plan(Strict):
     checkpointing: Checkpointing
     term: str
     billed_units: dict[str, int]
+    attention: Attention | None = None  # the kernel run on this GPU (models/attention.py: flash needs sm80+)
 
 
 class MemoryReport(Strict):
@@ -64,6 +65,7 @@ class CostReport(Strict):
     total: float
     currency: str
     budget_currency_total: float | None = None
+    budget_currency: str | None = None  # the currency of budget_currency_total (the scenario budget's)
 
 
 class MemoryBand(Strict):
@@ -121,8 +123,41 @@ class CalibrationUse(Strict):
     memory: CalibrationGroupUse | None = None
 
 
+class ModelReport(Strict):
+    """The model as ftopt read it (docs/json-contract.md), so a user can check an import."""
+
+    name: str
+    params: int
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied_embeddings: bool
+
+
+class PriceBasis(Strict):
+    """One price a plan's bill uses: per card and term unit, with where it comes from."""
+
+    amount: float
+    source: str
+    as_of: str  # ISO date
+
+
+class OfferReport(Strict):
+    """Where to rent: the plan's offer, its provider and the basis of the prices billed (catalog source, notes)."""
+
+    id: str
+    provider: str
+    currency: str
+    prices: dict[str, PriceBasis]  # billed term -> price (per-second/minute billing: the hour price)
+    notes: str | None = None
+
+
 class Estimate(Strict):
-    """A plan with its memory, time and cost (the JSON contract of DESIGN.md section 6), and its uncertainty."""
+    """A plan with its memory, time and cost (docs/json-contract.md), and its uncertainty."""
 
     status: Status
     plan: Plan | None
@@ -131,12 +166,15 @@ class Estimate(Strict):
     cost: CostReport | None
     uncertainty: Uncertainty | None = None
     calibration: CalibrationUse | None = None
+    model: ModelReport | None = None
+    offer: OfferReport | None = None
+    notes: list[str] = []  # what ftopt assumed reading the scenario (model variant, packing, long samples)
 
     @model_serializer(mode="wrap")
     def _contract_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The five contract keys always; ``uncertainty`` only with a plan, ``calibration`` only with an overlay."""
+        """The five contract keys always; the optional blocks (``calibration``: with an overlay) only when set."""
         doc = handler(self)
-        for optional in ("uncertainty", "calibration"):
-            if doc.get(optional) is None:
-                doc.pop(optional, None)
+        for key in ("uncertainty", "calibration", "model", "offer", "notes"):
+            if not doc.get(key):
+                doc.pop(key, None)
         return doc

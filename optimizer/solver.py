@@ -1,8 +1,8 @@
 """CP-SAT model over the pruned candidates: pick one plan, honour the user's limits, explain infeasibility.
 
-Formulation (DESIGN.md section 5). Sets: candidates i in C (space.Space.cand, one per offer and card count).
-Data per candidate: cost c_i (cents of the report currency, rounded up), time t_i (seconds of wall clock, rounded
-up), gpu g_i, provider v_i, cards n_i, nodes m_i and the other decision values.
+Formulation (the README's "How it works", in full). Sets: candidates i in C (space.Space.cand, one per offer and
+card count). Data per candidate: cost c_i (cents of the report currency, rounded up), time t_i (seconds of wall
+clock, rounded up), gpu g_i, provider v_i, cards n_i, nodes m_i and the other decision values.
 
 Variables:
     pick[i]  in {0, 1}   1 when candidate i is the plan
@@ -23,7 +23,8 @@ Constraints:
 Objective (lexicographic, one stage per level, each stage fixing the previous optimum):
     cost:  min x_cost_cents, then min x_time_s, then min rank
     time:  min x_time_s, then min x_cost_cents, then min rank
-where rank orders candidates by (gpu id, offer id, cards), a deterministic tie-break.
+where rank orders candidates by simplicity, then name: (nodes, cards, zero_stage, offload, checkpointing, tp,
+gpu id, offer id), a deterministic tie-break that prefers the simpler of plans equal in cost and time.
 
 The nonlinear models never enter CP-SAT: they were evaluated in space.py; CP-SAT sees linear sums of booleans.
 
@@ -150,7 +151,8 @@ class _Columns:
             "cost_cents": cents(space.cost_total),
             "time_s": seconds(c.time["hours"]),
         }
-        order = sorted(range(len(c)), key=lambda i: (gpu_ids[i], offer_ids[i], int(c.cards[i])))
+        simpler = np.column_stack([c.nodes, c.cards, c.cfg.zero_stage, c.cfg.offload, c.cfg.checkpointing, c.cfg.tp])
+        order = sorted(range(len(c)), key=lambda i: (*simpler[i].tolist(), gpu_ids[i], offer_ids[i]))
         self.rank = np.empty(len(c), dtype=np.int64)
         self.rank[order] = np.arange(len(c))
 
@@ -199,6 +201,9 @@ def _solver(settings: SolverSettings, time_limit_s: float) -> cp_model.CpSolver:
     s.parameters.max_time_in_seconds = max(time_limit_s, 1e-6)
     s.parameters.num_workers = settings.workers
     s.parameters.random_seed = settings.seed
+    # CP-SAT would install its own SIGINT handler in every process that solves; in a forked batch worker that
+    # registration can block on an allocator lock for good (issue 12 item 2). Ctrl-C is the CLI's to handle.
+    s.parameters.catch_sigint_signal = False
     return s
 
 

@@ -116,7 +116,7 @@ def make_job(scenario: Scenario, arch: Any) -> Job:
         base_bits=scenario.frozen_base_bits,
         seq_len=scenario.seq_len,
         global_batch=scenario.global_batch,
-        total_tokens=scenario.data.total_tokens,
+        total_tokens=scenario.tokens_processed,
         checkpoint_every_hours=t.checkpoint_every_hours,
         compile=t.compile,
         activation_offload=t.activation_offload,
@@ -383,11 +383,18 @@ def enumerate_all(
 
 
 def prune(ev: Evaluated) -> np.ndarray:
-    """Indices of the fastest fitting row per (offer, cards); ties: lower memory, then enumeration order."""
+    """Indices of the fastest fitting row per (offer, cards).
+
+    Ties in time go to the simpler configuration (lower ZeRO stage, then less offload, then less checkpointing:
+    a one-GPU ZeRO-1 that is exactly as fast as ZeRO-0 is no reason to shard), then lower memory, then enumeration
+    order.
+    """
     idx = np.flatnonzero(ev.fits)
     if idx.size == 0:
         return idx
-    order = np.lexsort((idx, ev.mem["total"][idx], ev.time["hours"][idx], ev.cards[idx], ev.offer_idx[idx]))
+    c = ev.cfg
+    order = np.lexsort((idx, ev.mem["total"][idx], c.checkpointing[idx], c.offload[idx], c.zero_stage[idx],
+                        ev.time["hours"][idx], ev.cards[idx], ev.offer_idx[idx]))  # fmt: skip
     ranked = idx[order]
     key = ev.offer_idx[ranked] * 1_000_000 + ev.cards[ranked]
     first = np.ones(ranked.size, dtype=bool)

@@ -59,7 +59,7 @@ def job_of(scenario: Scenario, arch: ModelArch) -> Job:
     return Job(arch=arch, method=scenario.method, lora=scenario.lora_spec, framework=t.framework,
                sharding=t.sharding, attention=t.attention, loss=t.loss, base_bits=scenario.frozen_base_bits,
                seq_len=scenario.seq_len, global_batch=scenario.global_batch,
-               total_tokens=scenario.data.total_tokens, checkpoint_every_hours=t.checkpoint_every_hours,
+               total_tokens=scenario.tokens_processed, checkpoint_every_hours=t.checkpoint_every_hours,
                compile=t.compile, activation_offload=t.activation_offload,
                optimizer_in_backward=t.optimizer_in_backward)  # fmt: skip
 

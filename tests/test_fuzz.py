@@ -87,10 +87,12 @@ def _dump(doc: Any) -> str:
 
 
 def _check(result: Any) -> None:
-    """Exit 0 with a JSON answer, or exit 2 with one error line; anything else fails."""
-    assert result.exit_code in (0, 2), (result.exit_code, result.stderr)
+    """Exit 0 with a plan, 1 with a JSON answer without one, or 2 with one error line; anything else fails."""
+    assert result.exit_code in (0, 1, 2), (result.exit_code, result.stderr)
     if result.exit_code == 0:
-        assert json.loads(result.stdout)["status"] in ("optimal", "feasible", "infeasible")
+        assert json.loads(result.stdout)["status"] in ("optimal", "feasible")
+    elif result.exit_code == 1:
+        assert json.loads(result.stdout)["status"] == "infeasible"
     else:
         lines = result.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("ftopt: error: "), result.stderr

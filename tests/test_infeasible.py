@@ -204,7 +204,7 @@ def test_infeasible_solve_json_carries_the_explanation(run_cli, write_scenario):
     path = write_scenario(allow=SMALL, deadline_hours=0.01)
     result = run_cli("solve", path, "--json")
     doc = json.loads(result.stdout)
-    assert result.exit_code == 0 and doc["status"] == "infeasible" and doc["plan"] is None
+    assert result.exit_code == 1 and doc["status"] == "infeasible" and doc["plan"] is None
     assert doc["explanation"]["binding"] == ["deadline_hours"]
     assert doc["explanation"]["deadline_needed_hours"] > 0.01
     assert doc["explanation"]["currency"] == "USD"

@@ -120,12 +120,12 @@ def lora_params(job: Job) -> int:
     if job.lora is None:
         return 0
     a = job.arch
-    h, kv, inter, r = a.hidden, a.kv_width, a.intermediate, job.lora.rank
+    h, kv, inter, r, hq = a.hidden, a.kv_width, a.intermediate, job.lora.rank, a.q_width
     per_module = {
-        "q_proj": h + h,
+        "q_proj": h + hq,  # h_q = a d = h unless the config gives head_dim (Gemma-2)
         "k_proj": h + kv,
         "v_proj": h + kv,
-        "o_proj": h + h,
+        "o_proj": hq + h,
         "gate_proj": (h + inter) * a.experts,
         "up_proj": (h + inter) * a.experts,
         "down_proj": (inter + h) * a.experts,
@@ -137,9 +137,9 @@ def lora_params(job: Job) -> int:
 
 
 def linear_params(job: Job) -> int:
-    """Parameters inside the blocks' Linear layers (the part a 4/8-bit base quantises): L x (2h^2 + 2h h_kv + 3hI E)."""
+    """Parameters in the blocks' Linear layers (what a 4/8-bit base quantises): L x (2h h_q + 2h h_kv + 3hI E)."""
     a = job.arch
-    return a.layers * (2 * a.hidden * a.hidden + 2 * a.hidden * a.kv_width + 3 * a.hidden * a.intermediate * a.experts)
+    return a.layers * (2 * a.hidden * a.q_width + 2 * a.hidden * a.kv_width + 3 * a.hidden * a.intermediate * a.experts)
 
 
 def trainable_params(job: Job) -> int:

@@ -1,0 +1,29 @@
+"""docs/scenario-reference.md is generated from the schema and checked in current; every field is on it."""
+
+from __future__ import annotations
+
+from optimizer import report_reference
+from optimizer.report_reference import BLOCKS, PAGE, render, type_text
+from optimizer.schema import Method
+
+
+def test_checked_in_page_matches_the_schema():
+    assert PAGE.read_text(encoding="utf-8") == render(), "run: python -m optimizer.report_reference"
+    assert report_reference.main(["--check"]) == 0
+
+
+def test_every_field_of_every_block_is_listed_with_a_meaning():
+    text = render()
+    for _, model, prefix in BLOCKS:
+        for name, info in model.model_fields.items():
+            assert f"| `{prefix}{name}` |" in text
+            if model.__name__ != "ModelArch":  # the catalog's own architecture fields (notes, source) are free text
+                assert info.description, f"{model.__name__}.{name} has no description"
+
+
+def test_defaults_a_user_relies_on_are_stated():
+    text = render()
+    assert "| `lora.rank` | integer | 16 |" in text
+    assert "| `training.attention` | one of: flash, sdpa, eager | flash |" in text
+    assert "| `data.packing` | true/false | true |" in text
+    assert type_text(Method) == "one of: full, lora, qlora"
