@@ -11,16 +11,16 @@ from optimizer.probe import DEFAULT_STEPS, DEFAULT_WARMUP, probe_scenario
 
 CALIBRATE_EXAMPLES = """\b
 Examples:
-  ftopt calibrate probe/measurement.yaml -o my-calibration.yaml
+  ftopt calibrate my-probe/measurement.yaml -o my-calibration.yaml
   ftopt calibrate out/trainer_state.json nvidia-smi.csv --scenario my-run.yaml -o my-calibration.yaml
   ftopt calibrate runs/*.yaml --prior-weight 2 --json
   ftopt solve scenarios/7b-lora.yaml --calibration my-calibration.yaml
 """
 PROBE_EXAMPLES = """\b
 Examples:
-  ftopt probe scenarios/7b-lora.yaml --out probe/
-  python probe/probe.py --tiny          # CPU smoke run of the same script
-  ftopt probe scenarios/14b-lora.yaml --out probe14/ --steps 30
+  ftopt probe scenarios/7b-lora.yaml --out my-probe/
+  python my-probe/probe.py --tiny       # CPU smoke run of the same script
+  ftopt probe scenarios/14b-lora.yaml --out my-probe14/ --steps 30
 """
 
 
