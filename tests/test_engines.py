@@ -8,6 +8,8 @@ value is always taken as given.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from optimizer.catalog import load_scenario, resolve_model
@@ -70,12 +72,20 @@ def test_torchtune_is_not_offered_per_operator_selective_checkpointing(write_sce
     assert set(pinned.cfg.checkpointing.tolist()) == {CHECKPOINTING.index(Checkpointing.selective)}
 
 
-def test_engine_without_rules_keeps_every_pair(write_scenario, catalog):
+def test_nemo_offloads_the_optimizer_under_the_distributed_optimizer_only(write_scenario, catalog):
+    """Megatron-Core's HybridDeviceOptimizer runs under the distributed optimizer (ZeRO-1); no parameter offload."""
+    _, zo = _rows(write_scenario, catalog, training=_training("nemo"))
+    assert {p for p in zo if p[1] is not Offload.none} == {(1, Offload.optimizer)}
+
+
+def test_engine_missing_from_offload_modes_keeps_every_pair(write_scenario, catalog):
     path = write_scenario(training=_training("nemo"))
     sc = load_scenario(path)
     job = make_job(sc, resolve_model(sc, catalog, path))
     assert engine_key(sc, job) == "nemo"
-    rule = offload_rule(sc, job, catalog)
+    frameworks = {**catalog.calibration["frameworks"], "offload_modes": {}}
+    bare = dataclasses.replace(catalog, calibration={**catalog.calibration, "frameworks": frameworks})
+    rule = offload_rule(sc, job, bare)
     assert rule.pairs is None and rule.min_dp == 1
 
 

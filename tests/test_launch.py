@@ -70,9 +70,9 @@ def test_deepspeed_batch_sizes_multiply_to_the_global_batch():
     )
 
 
-def test_hf_arguments_turn_on_gradient_checkpointing_and_bf16():
+def test_hf_arguments_turn_on_activation_checkpointing_and_bf16():
     args = hf_arguments(Scenario(**scenario_doc(method="full", lora=None)), _plan())
-    assert args["gradient_checkpointing"] is True and args["bf16"] is True and args["fp16"] is False
+    assert args["activation_checkpointing"] is True and args["bf16"] is True and args["fp16"] is False
     assert args["deepspeed"] == "ds_config.json"
 
 
@@ -85,12 +85,6 @@ def test_multi_node_launch_names_the_rendezvous():
     sc = Scenario(**scenario_doc(method="full", lora=None))
     command = launch_settings(sc, _plan(), cards_per_node=8)["command"]
     assert "--num_processes 16 --num_machines 2" in command and "--main_process_ip" in command
-
-
-def test_tensor_parallel_plans_carry_a_note():
-    sc = Scenario(**scenario_doc(method="full", lora=None))
-    notes = launch_settings(sc, _plan(tp=2, dp=8), cards_per_node=8)["notes"]
-    assert "tp=2" in notes[0]
 
 
 def test_hf_plans_use_only_checkpointing_levels_hf_offers():
@@ -129,15 +123,15 @@ def test_declared_offload_optimizer_is_not_contradicted_by_optim():
 
 
 def test_fsdp_full_fine_tuning_recomputes_once():
-    """The Trainer raises when fsdp activation_checkpointing and gradient_checkpointing are both true."""
+    """The Trainer raises when fsdp activation_checkpointing and its own activation_checkpointing are both true."""
     sc = _scenario("full", sharding="fsdp")
     settings = launch_settings(sc, _plan(), cards_per_node=8)
     assert settings["accelerate_fsdp"]["fsdp_activation_checkpointing"] is True
-    assert settings["training_arguments"]["gradient_checkpointing"] is False
+    assert settings["training_arguments"]["activation_checkpointing"] is False
     for method in ("lora", "qlora"):  # PEFT's FSDP recipe recomputes through the Trainer instead
         settings = launch_settings(_scenario(method, sharding="fsdp"), _plan(), cards_per_node=8)
         assert settings["accelerate_fsdp"]["fsdp_activation_checkpointing"] is False
-        assert settings["training_arguments"]["gradient_checkpointing"] is True
+        assert settings["training_arguments"]["activation_checkpointing"] is True
 
 
 def test_qlora_under_fsdp_follows_the_peft_recipe():
@@ -153,12 +147,13 @@ def test_qlora_under_fsdp_follows_the_peft_recipe():
     quant = loading["quantization_config"]
     assert quant["load_in_4bit"] and quant["bnb_4bit_quant_type"] == "nf4" and quant["bnb_4bit_use_double_quant"]
     assert quant["bnb_4bit_quant_storage"] == loading["dtype"] == quant["bnb_4bit_compute_dtype"] == "bfloat16"
-    assert settings["training_arguments"]["gradient_checkpointing_kwargs"] == {"use_reentrant": True}
+    assert settings["training_arguments"]["activation_checkpointing_kwargs"] == {"use_reentrant": True}
     fp16 = from_pretrained(sc, _plan(precision="fp16"))  # fp16 AMP: float32 storage (peft fsdp.md)
     assert fp16["dtype"] == fp16["quantization_config"]["bnb_4bit_quant_storage"] == "float32"
     lora = launch_settings(_scenario("lora", sharding="fsdp"), _plan(), cards_per_node=8)
-    assert lora["accelerate_fsdp"]["fsdp_use_orig_params"] is False and "from_pretrained" not in lora
-    assert lora["training_arguments"]["gradient_checkpointing_kwargs"] == {"use_reentrant": False}
+    assert lora["accelerate_fsdp"]["fsdp_use_orig_params"] is False
+    assert lora["from_pretrained"] == {"attn_implementation": "flash_attention_2"}  # a 16-bit base: kernel only
+    assert lora["training_arguments"]["activation_checkpointing_kwargs"] == {"use_reentrant": False}
     assert fsdp_plugin(_scenario("full", sharding="fsdp"), _plan())["fsdp_use_orig_params"] is True
 
 
@@ -169,16 +164,16 @@ def test_qlora_under_zero3_stores_weights_in_the_model_dtype():
     z3 = launch_settings(sc, _plan(offload="none"), cards_per_node=8)
     assert z3["from_pretrained"]["quantization_config"]["bnb_4bit_quant_storage"] == "bfloat16"
     assert z3["from_pretrained"]["dtype"] == "bfloat16"
-    assert z3["training_arguments"]["gradient_checkpointing_kwargs"] == {"use_reentrant": True}
+    assert z3["training_arguments"]["activation_checkpointing_kwargs"] == {"use_reentrant": True}
     assert z3["ds_config.json"]["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
     z2 = launch_settings(sc, _plan(zero_stage=2, offload="none"), cards_per_node=8)
     assert "bnb_4bit_quant_storage" not in z2["from_pretrained"]["quantization_config"]
     assert "dtype" not in z2["from_pretrained"]
-    assert z2["training_arguments"]["gradient_checkpointing_kwargs"] == {"use_reentrant": False}
+    assert z2["training_arguments"]["activation_checkpointing_kwargs"] == {"use_reentrant": False}
     assert "stage3_gather_16bit_weights_on_model_save" not in z2["ds_config.json"]["zero_optimization"]
     eight = from_pretrained(_scenario("lora", base_bits=8), _plan())
-    assert eight == {"quantization_config": {"load_in_8bit": True}}
-    assert from_pretrained(_scenario("lora"), _plan()) is None and from_pretrained(_scenario("full"), _plan()) is None
+    assert eight == {"attn_implementation": "flash_attention_2", "quantization_config": {"load_in_8bit": True}}
+    assert from_pretrained(_scenario("full", attention="sdpa"), _plan()) == {"attn_implementation": "sdpa"}
 
 
 def test_fsdp_command_turns_fsdp_on():
@@ -208,7 +203,8 @@ def test_deepspeed_precision_blocks():
 def test_zero3_plans_say_to_build_training_arguments_before_the_model():
     notes = launch_settings(_scenario("full"), _plan(), cards_per_node=8)["notes"]
     assert any("before from_pretrained" in n for n in notes)
-    assert "notes" not in launch_settings(_scenario("full"), _plan(zero_stage=2, dp=16), cards_per_node=8)
+    zero2 = launch_settings(_scenario("full"), _plan(zero_stage=2, dp=16), cards_per_node=8)["notes"]
+    assert not any("before from_pretrained" in n for n in zero2)
 
 
 def test_nemo_keys_are_megatron_core_names():
@@ -222,12 +218,30 @@ def test_nemo_keys_are_megatron_core_names():
     assert nemo()["precision"] == "bf16-mixed" and nemo(precision="fp16")["precision"] == "16-mixed"
     assert nemo(precision="fp32")["precision"] == "32"
     fp8 = nemo(precision="fp8")
-    assert fp8["precision"] == "bf16-mixed" and fp8["fp8"] == "hybrid"
-    full = nemo()
+    assert fp8["precision"] == "bf16-mixed" and fp8["transformer_config"]["fp8"] == "hybrid"
+    full = nemo()["transformer_config"]
     assert full["recompute_granularity"] == "full" and full["recompute_method"] == "uniform"
     assert full["recompute_num_layers"] == 1 and "activations_checkpoint_granularity" not in full
-    selective = nemo(checkpointing="selective")
+    selective = nemo(checkpointing="selective")["transformer_config"]
     assert selective["recompute_granularity"] == "selective" and "recompute_method" not in selective
+
+
+def test_nemo_zero_stages_and_offload_write_the_megatron_keys():
+    """ZeRO-1 is Megatron's distributed optimizer, ZeRO-2/3 Megatron FSDP (optim_grads, optim_grads_params);
+    optimizer offload is optimizer_cpu_offload with the whole fraction (megatron-core 0.16 configs)."""
+    sc = _scenario("full", framework="nemo")
+
+    def nemo(**changes):
+        return launch_settings(sc, _plan(**changes), cards_per_node=8)["nemo"]
+
+    z1 = nemo(zero_stage=1)
+    assert z1["ddp"] == {"use_distributed_optimizer": True} and z1["optimizer"]["optimizer_cpu_offload"] is True
+    assert z1["optimizer"]["optimizer_offload_fraction"] == 1.0 and z1["optimizer"]["use_distributed_optimizer"]
+    z3 = nemo(zero_stage=3, offload="none")
+    assert z3["ddp"]["use_megatron_fsdp"] and z3["ddp"]["data_parallel_sharding_strategy"] == "optim_grads_params"
+    assert "optimizer_cpu_offload" not in z3["optimizer"]
+    assert nemo(zero_stage=2, offload="none")["ddp"]["data_parallel_sharding_strategy"] == "optim_grads"
+    assert nemo(zero_stage=0, offload="none")["ddp"] == {"use_distributed_optimizer": False}
 
 
 def test_torchtune_keys_carry_the_scenario_and_the_plan():
@@ -235,10 +249,11 @@ def test_torchtune_keys_carry_the_scenario_and_the_plan():
     scenario's compile / activation offloading / optimizer-in-backward settings the plan was priced with."""
     training = {"framework": "torchtune", "sharding": "fsdp", "compile": True, "activation_offload": True,
                 "optimizer_in_backward": True}  # fmt: skip
-    settings = launch_settings(_scenario("full", **training), _plan(zero_stage=2), cards_per_node=8)
+    settings = launch_settings(_scenario("full", **training), _plan(zero_stage=2, grad_accum=1), cards_per_node=8)
     tt = settings["torchtune"]
     assert tt["fsdp_reshard_after_forward"] is False and tt["compile"] is True
     assert tt["enable_activation_offloading"] is True and tt["optimizer_in_bwd"] is True
+    assert tt["clip_grad_norm"] is None  # the recipe raises for optimizer_in_bwd with gradient clipping
     assert " full_finetune_distributed --config " in settings["command"]
     assert "--rdzv_endpoint $MASTER_ADDR:29500" in settings["command"]  # two nodes need a rendezvous
     lora = launch_settings(_scenario("lora", framework="torchtune"), _plan(nodes=1), cards_per_node=16)
