@@ -68,6 +68,8 @@ def _variants() -> dict[str, dict[str, Any]]:
     for zero, offload in [(1, "none"), (2, "none"), (3, "none"), (3, "all")]:
         out[f"fsdp-z{zero}-{offload}"] = _variant("hf_fsdp", zero_stage=zero, offload=offload)
     out["fsdp-lora"] = _variant("hf_fsdp", "lora", zero_stage=3, offload="none")
+    out["trl-act-offload"] = _variant("hf_deepspeed", "lora", zero_stage=2, offload="none",
+                                      training={"activation_offload": True})  # fmt: skip
     out["fsdp-qlora"] = _variant("hf_fsdp", "qlora", zero_stage=3, offload="none")
     out["fsdp-1gpu"] = _variant("hf_fsdp", "lora", cards=1, zero_stage=3, offload="none")
     out["fsdp-fp16"] = _variant("hf_fsdp", zero_stage=3, offload="none", precision="fp16", **_A100)

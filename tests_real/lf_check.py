@@ -1,8 +1,9 @@
 """Run inside LLaMA-Factory's own environment: parse each exported YAML with LLaMA-Factory's ``get_train_args``.
 
 Usage: python lf_check.py CASES.json RESULTS.json. CASES.json maps a case name to {"config", "ds_config", "dp",
-"command", "environment"}; RESULTS.json maps it to "ok" or the error text. This CPU process stands for the plan's GPU ranks: the
-world size is the plan's data-parallel size and bf16 is available, as on the GPUs the solver proposes bf16 for.
+"command", "environment"}; RESULTS.json maps it to "ok" or the error text. This CPU process stands for the plan's
+GPU ranks: the world size is the plan's data-parallel size and bf16 is available, as on the GPUs the solver proposes
+bf16 for.
 """
 
 from __future__ import annotations

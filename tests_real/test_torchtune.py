@@ -58,7 +58,8 @@ def test_the_model_builder_exists_and_takes_the_lora_arguments(name):
     builder = _get_component_from_path(model.pop("_component_"))
     inspect.signature(builder).bind(**model)  # raises TypeError for an argument the builder does not take
     if solved(name).scenario.method.value == "qlora":
-        assert getattr(builder, "keywords", {}).get("quantize_base") is True  # qlora_* = partial(lora_*, quantize_base=True)
+        # qlora_* builders are partial(lora_*, quantize_base=True)
+        assert getattr(builder, "keywords", {}).get("quantize_base") is True
 
 
 @pytest.mark.parametrize("name", TORCHTUNE)
