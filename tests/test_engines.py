@@ -14,6 +14,7 @@ import pytest
 
 from optimizer.catalog import load_scenario, resolve_model
 from optimizer.configs import CHECKPOINTING, OFFLOAD, PRECISION
+from optimizer.errors import InputError
 from optimizer.models.engines import OffloadRule, engine_key, offload_rule
 from optimizer.schema import Checkpointing, Offload
 from optimizer.space import enumerate_all, make_job
@@ -109,3 +110,43 @@ def test_gpus_without_bf16_get_the_engines_fallback_precision(write_scenario, ca
     """torchtune's recipes refuse fp16 ("full fp16 training is not supported"): V100 plans run fp32 there."""
     ev, _ = _rows(write_scenario, catalog, training=_training(framework, "fsdp"), plan={"gpu": "V100-32G"})
     assert {PRECISION[int(p)].value for p in ev.cfg.precision} == {expected}
+
+
+def _refusal(write_scenario, catalog, **changes) -> str:
+    path = write_scenario("refused.yaml", **changes)
+    sc = load_scenario(path)
+    with pytest.raises(InputError) as err:
+        enumerate_all(sc, catalog, resolve_model(sc, catalog, path), str(path))
+    return str(err.value)
+
+
+def test_hf_plans_are_data_parallel_only_and_a_tp_pin_is_refused(write_scenario, catalog):
+    """The HF Trainer under DeepSpeed or FSDP counts every card as a data-parallel rank."""
+    ev, _ = _rows(write_scenario, catalog, model="Llama-3.1-70B", method="full", lora=None,
+                  training=_training("hf"), plan={"gpu": "H100-SXM"})  # fmt: skip
+    assert set(ev.cfg.tp.tolist()) == {1}
+    nemo, _ = _rows(write_scenario, catalog, "nemo.yaml", model="Llama-3.1-70B", method="full", lora=None,
+                    training=_training("nemo"), plan={"gpu": "H100-SXM"})  # fmt: skip
+    assert max(nemo.cfg.tp.tolist()) > 1
+    message = _refusal(write_scenario, catalog, training=_training("hf"), plan={"tp": 2})
+    assert message.endswith("refused.yaml: plan.tp: hf_deepspeed runs tp 1, not 2")
+
+
+def test_engines_refuse_methods_optimizers_and_techniques_they_lack(write_scenario, catalog):
+    assert "method: nemo runs method full | lora, not qlora" in _refusal(
+        write_scenario, catalog, method="qlora", training=_training("nemo"))
+    assert "training.optimizer: nemo runs adamw, not sgd" in _refusal(
+        write_scenario, catalog, training=_training("nemo", optimizer="sgd"))
+    assert "training.optimizer_in_backward" in _refusal(
+        write_scenario, catalog, training={**_training("hf"), "optimizer_in_backward": True})
+    in_bwd = {**_training("torchtune", "fsdp"), "optimizer_in_backward": True}
+    assert "plan.grad_accum" in _refusal(write_scenario, catalog, method="full", lora=None, training=in_bwd,
+                                         plan={"grad_accum": 2})  # fmt: skip
+    offload = {**_training("torchtune", "fsdp"), "activation_offload": True}
+    assert "plan.checkpointing" in _refusal(write_scenario, catalog, training=offload, plan={"checkpointing": "none"})
+
+
+def test_torchtune_optimizer_in_backward_plans_never_accumulate(write_scenario, catalog):
+    training = {**_training("torchtune", "fsdp"), "optimizer_in_backward": True}
+    ev, _ = _rows(write_scenario, catalog, method="full", lora=None, training=training)
+    assert set(ev.cfg.grad_accum.tolist()) == {1}

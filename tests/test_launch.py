@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 from optimizer.catalog import load_scenario, resolve_model
 from optimizer.launch import deepspeed_config, from_pretrained, fsdp_plugin, hf_arguments, launch_settings
 from optimizer.planner import solve_scenario
@@ -271,3 +273,75 @@ def test_torchtune_notes_what_the_recipe_cannot_run():
     assert "selective" in notes(checkpointing="selective")
     assert "one data-parallel rank" in notes(cards=1, nodes=1, dp=1, offload="all")
     assert notes() == ""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launch failures found by the real-library tier (tests_real/), pinned here without the libraries
+
+
+def test_one_gpu_deepspeed_plans_take_the_deepspeed_launcher():
+    """Without --use_deepspeed one process runs through accelerate's simple launcher, which sets no rank variables,
+    and DeepSpeed falls back to MPI discovery (accelerate commands/launch.py launch_command)."""
+    one = launch_settings(_scenario("full"), _plan(cards=1, nodes=1, dp=1, zero_stage=2), cards_per_node=8)
+    assert one["command"].startswith("accelerate launch --use_deepspeed --deepspeed_config_file ds_config.json ")
+    assert "--num_processes 1 " in one["command"]
+    two_nodes = launch_settings(_scenario("full"), _plan(), cards_per_node=8)["command"]
+    assert "--deepspeed_multinode_launcher standard" in two_nodes  # torchrun on each node, not pdsh over ssh
+
+
+def test_sgd_under_zero_offload_is_not_swapped_for_adam():
+    """accelerate replaces a client optimizer under ZeRO-Offload by DeepSpeedCPUAdam unless
+    zero_force_ds_cpu_optimizer is false (accelerate utils/deepspeed.py map_pytorch_optim_to_deepspeed)."""
+    ds = deepspeed_config(_plan(optimizer="sgd", zero_stage=2))
+    assert ds["zero_force_ds_cpu_optimizer"] is False and "optimizer" not in ds
+    assert hf_arguments(_scenario("full", optimizer="sgd"), _plan(optimizer="sgd"))["optim"] == "sgd"
+    assert "zero_force_ds_cpu_optimizer" not in deepspeed_config(_plan())  # AdamW: DeepSpeed's own CPU Adam
+
+
+def test_launch_yaml_names_the_lora_settings_and_the_attention_kernel():
+    sc = Scenario(**scenario_doc(lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.1},
+                                 training={"framework": "hf", "attention": "sdpa"}))  # fmt: skip
+    settings = launch_settings(sc, _plan(offload="none"), cards_per_node=8)
+    assert settings["lora_config"] == {"r": 8, "lora_alpha": 16, "lora_dropout": 0.1,
+                                       "target_modules": ["q_proj", "v_proj"], "task_type": "CAUSAL_LM"}  # fmt: skip
+    assert settings["from_pretrained"]["attn_implementation"] == "sdpa"
+    lf = settings["llamafactory.yaml"]
+    assert (lf["lora_rank"], lf["lora_alpha"], lf["lora_target"], lf["flash_attn"]) == (8, 16, "q_proj,v_proj", "sdpa")
+
+
+def test_llamafactory_export_sets_the_environment_its_launcher_reads():
+    """llamafactory-cli starts torchrun only with FORCE_TORCHRUN or several GPUs (launcher.py); DeepSpeed needs it."""
+    one = launch_settings(_scenario("full"), _plan(cards=1, nodes=1, dp=1, zero_stage=2), cards_per_node=8)
+    assert one["llamafactory"]["environment"] == {"NPROC_PER_NODE": "1", "FORCE_TORCHRUN": "1"}
+    command = "NPROC_PER_NODE=1 FORCE_TORCHRUN=1 llamafactory-cli train llamafactory.yaml"
+    assert one["llamafactory"]["command"] == command
+    two = launch_settings(_scenario("full"), _plan(), cards_per_node=8)["llamafactory"]["environment"]
+    assert two["NNODES"] == "2" and two["NODE_RANK"] == "$NODE_RANK" and two["MASTER_ADDR"] == "$MASTER_ADDR"
+    fsdp = launch_settings(_scenario("lora", sharding="fsdp"), _plan(), cards_per_node=8)["llamafactory"]
+    assert fsdp["command"].startswith("accelerate launch --use_fsdp ")
+    assert fsdp["command"].endswith(" -m llamafactory.launcher llamafactory.yaml")
+
+
+def test_solve_writes_the_llamafactory_export(run_cli, tmp_path):
+    out = tmp_path / "launch"
+    done = run_cli("solve", REPO / "scenarios" / "7b-qlora.yaml", "--launch-dir", out)
+    assert done.exit_code == 0, done.stderr
+    lf = yaml.safe_load((out / "llamafactory.yaml").read_text())
+    assert lf["finetuning_type"] == "lora" and lf["quantization_bit"] == 4 and lf["lora_target"] == "all"
+    assert "lora_config" in yaml.safe_load((out / "launch.yaml").read_text())
+
+
+def test_torchtune_qlora_plans_build_a_qlora_model():
+    qlora = launch_settings(_scenario("qlora", framework="torchtune"), _plan(), cards_per_node=8)
+    assert qlora["torchtune"]["model"]["_component_"] == "torchtune.models.llama3_1.qlora_llama3_1_8b"
+    assert qlora["torchtune"]["model"]["apply_lora_to_mlp"] is True
+    lora = launch_settings(_scenario("lora", framework="torchtune"), _plan(), cards_per_node=8)
+    assert lora["torchtune"]["model"]["_component_"] == "torchtune.models.llama3_1.lora_llama3_1_8b"
+
+
+def test_torchtune_never_writes_what_its_recipe_raises_for():
+    training = {"framework": "torchtune", "optimizer_in_backward": True, "activation_offload": True}
+    settings = launch_settings(_scenario("full", **training), _plan(grad_accum=4, checkpointing="none"), 8)
+    tt = settings["torchtune"]
+    assert tt["optimizer_in_bwd"] is False and tt["enable_activation_offloading"] is False
+    assert any("gradient_accumulation_steps 1" in n for n in settings["notes"])
