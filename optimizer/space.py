@@ -362,12 +362,19 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits)
 
 
-def engine_capabilities(scenario: Scenario, catalog: Catalog, source: str) -> Capabilities:
-    """The engine's capabilities; an input error when the scenario or a pin asks for what the engine cannot run."""
+def engine_capabilities(scenario: Scenario, catalog: Catalog, arch: Any, source: str) -> Capabilities:
+    """The engine's capabilities; an input error when the scenario or a pin asks for what the engine cannot run.
+
+    A pinned tp that no layout could take anyway (it does not divide the heads, or the pinned cards) is left to the
+    pin explanation (explain.py), which names that reason.
+    """
     cap = capabilities(scenario, catalog)
     pins = scenario.plan
+    tp = pins.tp or 1
+    if arch.heads % tp or arch.kv_heads % tp or (pins.cards and pins.cards % (tp * (pins.pp or 1))):
+        tp = 1
     refused = scenario_refusals(scenario, cap) + plan_refusals(
-        scenario, cap, pins.tp or 1, pins.pp or 1, pins.grad_accum, pins.checkpointing
+        scenario, cap, tp, pins.pp or 1, pins.grad_accum, pins.checkpointing
     )
     if refused:
         raise InputError(source, *refused[0])
@@ -381,7 +388,7 @@ def enumerate_all(
     job = make_job(scenario, arch)
     offers = pinned_offers(scenario, catalog, source)
     gpus = [catalog.gpus[o.gpu] for o in offers]
-    cap = engine_capabilities(scenario, catalog, source)
+    cap = engine_capabilities(scenario, catalog, arch, source)
     lays = layouts(scenario, job, offers, gpus, cap)
     levels = checkpointing_levels(job, catalog)
     if job.activation_offload and cap.offload_needs_checkpointing:  # offloads the activations it checkpoints
