@@ -26,7 +26,8 @@ def llamafactory_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
     """The training YAML (model, method, dataset placeholders, batch and precision keys)."""
     spec = scenario.lora_spec
     cfg: dict[str, Any] = {
-        "model_name_or_path": scenario.model if isinstance(scenario.model, str) else "<model>",
+        # the catalog name is not a hub id: the user puts the checkpoint's path or hub id here
+        "model_name_or_path": f"<path to {scenario.model}>" if isinstance(scenario.model, str) else "<model path>",
         "stage": "sft",
         "do_train": True,
         "finetuning_type": "full" if scenario.method is Method.full else "lora",
