@@ -67,10 +67,13 @@ def launch_text(settings: dict[str, Any]) -> str:
 
 
 def launch_files(settings: dict[str, Any]) -> dict[str, str]:
-    """File name -> text for ``--launch-dir``: ds_config.json (DeepSpeed) and launch.yaml (everything)."""
+    """File name -> text for ``--launch-dir``: launch.yaml (everything) and each settings key named as a file."""
     files = {"launch.yaml": launch_text(settings) + "\n"}
-    if "ds_config.json" in settings:
-        files["ds_config.json"] = json.dumps(settings["ds_config.json"], indent=2) + "\n"
+    for name, body in settings.items():  # ds_config.json (DeepSpeed), llamafactory.yaml (LLaMA-Factory export)
+        if name.endswith(".json"):
+            files[name] = json.dumps(body, indent=2) + "\n"
+        elif name.endswith(".yaml"):
+            files[name] = launch_text(body) + "\n"
     return files
 
 

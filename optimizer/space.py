@@ -23,7 +23,16 @@ from optimizer.catalog import Catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.errors import InputError, SolverLimitError, did_you_mean
 from optimizer.models import cost, engines, memory, timing
-from optimizer.models.engines import OffloadRule, checkpointing_levels, half_precision_fallback, offload_rule
+from optimizer.models.engines import (
+    Capabilities,
+    OffloadRule,
+    capabilities,
+    checkpointing_levels,
+    half_precision_fallback,
+    offload_rule,
+    plan_refusals,
+    scenario_refusals,
+)
 from optimizer.overlay import apply as apply_overlay
 from optimizer.schema import Checkpointing, Offload, Precision, Scenario
 from optimizer.schema_catalog import Gpu, Offer
@@ -171,8 +180,10 @@ def tp_limit(offer: Offer, gpu: Gpu) -> int:
     return min(gpu.nvlink_domain, offer.cards_per_node)
 
 
-def layouts(scenario: Scenario, job: Job, offers: list[Offer], gpus: list[Gpu]) -> list[Layout]:
-    """Every (offer, cards, nodes, tp, pp, dp) allowed by the pins, the heads and the NVLink domain."""
+def layouts(
+    scenario: Scenario, job: Job, offers: list[Offer], gpus: list[Gpu], cap: Capabilities | None = None
+) -> list[Layout]:
+    """Every (offer, cards, nodes, tp, pp, dp) allowed by the pins, the heads, the NVLink domain and the engine."""
     pins = scenario.plan
     arch = job.arch
     out: list[Layout] = []
@@ -180,6 +191,7 @@ def layouts(scenario: Scenario, job: Job, offers: list[Offer], gpus: list[Gpu]) 
         counts = [pins.cards] if pins.cards is not None else _card_counts(offer, None)
         limit = tp_limit(offer, gpu)  # tensor parallelism stays inside one NVLink domain, pinned or not
         tps = [t for t in ([pins.tp] if pins.tp is not None else TP_CHOICES) if t <= limit]
+        tps = [t for t in tps if cap is None or cap.allows_tp(t)]  # only degrees the engine runs
         pp = pins.pp or 1
         for cards in counts:
             nodes = -(-cards // offer.cards_per_node)
@@ -248,6 +260,8 @@ def grid(
             mbs = [m for m in (1, 2, 4, 8, 16, 32, 64) if per_rank % m == 0]
         if pins.grad_accum is not None:
             mbs = [m for m in mbs if per_rank // m == pins.grad_accum]
+        if job.optimizer_in_backward:  # the step fused into backward runs without gradient accumulation
+            mbs = [m for m in mbs if per_rank // m == 1]
         zo_lay = tuple((z, oi) for z, oi in zo if rule.keeps(z, Offload(OFFLOAD[oi]), lay.dp))
         block = blocks.get((tuple(mbs), zo_lay))
         if block is None:
@@ -359,6 +373,25 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits)
 
 
+def engine_capabilities(scenario: Scenario, catalog: Catalog, arch: Any, source: str) -> Capabilities:
+    """The engine's capabilities; an input error when the scenario or a pin asks for what the engine cannot run.
+
+    A pinned tp that no layout could take anyway (it does not divide the heads, or the pinned cards) is left to the
+    pin explanation (explain.py), which names that reason.
+    """
+    cap = capabilities(scenario, catalog)
+    pins = scenario.plan
+    tp = pins.tp or 1
+    if arch.heads % tp or arch.kv_heads % tp or (pins.cards and pins.cards % (tp * (pins.pp or 1))):
+        tp = 1
+    refused = scenario_refusals(scenario, cap) + plan_refusals(
+        scenario, cap, tp, pins.pp or 1, pins.grad_accum, pins.checkpointing
+    )
+    if refused:
+        raise InputError(source, *refused[0])
+    return cap
+
+
 def enumerate_all(
     scenario: Scenario, catalog: Catalog, arch: Any, source: str
 ) -> tuple[Job, list[Offer], list[Gpu], Evaluated]:
@@ -366,8 +399,11 @@ def enumerate_all(
     job = make_job(scenario, arch)
     offers = pinned_offers(scenario, catalog, source)
     gpus = [catalog.gpus[o.gpu] for o in offers]
-    lays = layouts(scenario, job, offers, gpus)
+    cap = engine_capabilities(scenario, catalog, arch, source)
+    lays = layouts(scenario, job, offers, gpus, cap)
     levels = checkpointing_levels(job, catalog)
+    if job.activation_offload and cap.offload_needs_checkpointing:  # offloads the activations it checkpoints
+        levels = [c for c in (levels or [c.value for c in CHECKPOINTING]) if c != Checkpointing.none.value]
     rule, fallback = offload_rule(scenario, job, catalog), half_precision_fallback(job, catalog)
     li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers, levels, rule, fallback)
     lay_arr = np.array([(x.offer, x.cards, x.nodes, x.tp, x.pp, x.dp) for x in lays], dtype=np.int64).reshape(-1, 6)

@@ -8,10 +8,13 @@ value is always taken as given.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from optimizer.catalog import load_scenario, resolve_model
 from optimizer.configs import CHECKPOINTING, OFFLOAD, PRECISION
+from optimizer.errors import InputError
 from optimizer.models.engines import OffloadRule, engine_key, offload_rule
 from optimizer.schema import Checkpointing, Offload
 from optimizer.space import enumerate_all, make_job
@@ -70,12 +73,20 @@ def test_torchtune_is_not_offered_per_operator_selective_checkpointing(write_sce
     assert set(pinned.cfg.checkpointing.tolist()) == {CHECKPOINTING.index(Checkpointing.selective)}
 
 
-def test_engine_without_rules_keeps_every_pair(write_scenario, catalog):
+def test_nemo_offloads_the_optimizer_under_the_distributed_optimizer_only(write_scenario, catalog):
+    """Megatron-Core's HybridDeviceOptimizer runs under the distributed optimizer (ZeRO-1); no parameter offload."""
+    _, zo = _rows(write_scenario, catalog, training=_training("nemo"))
+    assert {p for p in zo if p[1] is not Offload.none} == {(1, Offload.optimizer)}
+
+
+def test_engine_missing_from_offload_modes_keeps_every_pair(write_scenario, catalog):
     path = write_scenario(training=_training("nemo"))
     sc = load_scenario(path)
     job = make_job(sc, resolve_model(sc, catalog, path))
     assert engine_key(sc, job) == "nemo"
-    rule = offload_rule(sc, job, catalog)
+    frameworks = {**catalog.calibration["frameworks"], "offload_modes": {}}
+    bare = dataclasses.replace(catalog, calibration={**catalog.calibration, "frameworks": frameworks})
+    rule = offload_rule(sc, job, bare)
     assert rule.pairs is None and rule.min_dp == 1
 
 
@@ -99,3 +110,43 @@ def test_gpus_without_bf16_get_the_engines_fallback_precision(write_scenario, ca
     """torchtune's recipes refuse fp16 ("full fp16 training is not supported"): V100 plans run fp32 there."""
     ev, _ = _rows(write_scenario, catalog, training=_training(framework, "fsdp"), plan={"gpu": "V100-32G"})
     assert {PRECISION[int(p)].value for p in ev.cfg.precision} == {expected}
+
+
+def _refusal(write_scenario, catalog, **changes) -> str:
+    path = write_scenario("refused.yaml", **changes)
+    sc = load_scenario(path)
+    with pytest.raises(InputError) as err:
+        enumerate_all(sc, catalog, resolve_model(sc, catalog, path), str(path))
+    return str(err.value)
+
+
+def test_hf_plans_are_data_parallel_only_and_a_tp_pin_is_refused(write_scenario, catalog):
+    """The HF Trainer under DeepSpeed or FSDP counts every card as a data-parallel rank."""
+    ev, _ = _rows(write_scenario, catalog, model="Llama-3.1-70B", method="full", lora=None,
+                  training=_training("hf"), plan={"gpu": "H100-SXM"})  # fmt: skip
+    assert set(ev.cfg.tp.tolist()) == {1}
+    nemo, _ = _rows(write_scenario, catalog, "nemo.yaml", model="Llama-3.1-70B", method="full", lora=None,
+                    training=_training("nemo"), plan={"gpu": "H100-SXM"})  # fmt: skip
+    assert max(nemo.cfg.tp.tolist()) > 1
+    message = _refusal(write_scenario, catalog, training=_training("hf"), plan={"tp": 2})
+    assert message.endswith("refused.yaml: plan.tp: hf_deepspeed runs tp 1, not 2")
+
+
+def test_engines_refuse_methods_optimizers_and_techniques_they_lack(write_scenario, catalog):
+    assert "method: nemo runs method full | lora, not qlora" in _refusal(
+        write_scenario, catalog, method="qlora", training=_training("nemo"))
+    assert "training.optimizer: nemo runs adamw, not sgd" in _refusal(
+        write_scenario, catalog, training=_training("nemo", optimizer="sgd"))
+    assert "training.optimizer_in_backward" in _refusal(
+        write_scenario, catalog, training={**_training("hf"), "optimizer_in_backward": True})
+    in_bwd = {**_training("torchtune", "fsdp"), "optimizer_in_backward": True}
+    assert "plan.grad_accum" in _refusal(write_scenario, catalog, method="full", lora=None, training=in_bwd,
+                                         plan={"grad_accum": 2})  # fmt: skip
+    offload = {**_training("torchtune", "fsdp"), "activation_offload": True}
+    assert "plan.checkpointing" in _refusal(write_scenario, catalog, training=offload, plan={"checkpointing": "none"})
+
+
+def test_torchtune_optimizer_in_backward_plans_never_accumulate(write_scenario, catalog):
+    training = {**_training("torchtune", "fsdp"), "optimizer_in_backward": True}
+    ev, _ = _rows(write_scenario, catalog, method="full", lora=None, training=training)
+    assert set(ev.cfg.grad_accum.tolist()) == {1}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 from optimizer.catalog import load_scenario, resolve_model
 from optimizer.launch import deepspeed_config, from_pretrained, fsdp_plugin, hf_arguments, launch_settings
 from optimizer.planner import solve_scenario
@@ -70,9 +72,9 @@ def test_deepspeed_batch_sizes_multiply_to_the_global_batch():
     )
 
 
-def test_hf_arguments_turn_on_gradient_checkpointing_and_bf16():
+def test_hf_arguments_turn_on_activation_checkpointing_and_bf16():
     args = hf_arguments(Scenario(**scenario_doc(method="full", lora=None)), _plan())
-    assert args["gradient_checkpointing"] is True and args["bf16"] is True and args["fp16"] is False
+    assert args["activation_checkpointing"] is True and args["bf16"] is True and args["fp16"] is False
     assert args["deepspeed"] == "ds_config.json"
 
 
@@ -85,12 +87,6 @@ def test_multi_node_launch_names_the_rendezvous():
     sc = Scenario(**scenario_doc(method="full", lora=None))
     command = launch_settings(sc, _plan(), cards_per_node=8)["command"]
     assert "--num_processes 16 --num_machines 2" in command and "--main_process_ip" in command
-
-
-def test_tensor_parallel_plans_carry_a_note():
-    sc = Scenario(**scenario_doc(method="full", lora=None))
-    notes = launch_settings(sc, _plan(tp=2, dp=8), cards_per_node=8)["notes"]
-    assert "tp=2" in notes[0]
 
 
 def test_hf_plans_use_only_checkpointing_levels_hf_offers():
@@ -129,15 +125,15 @@ def test_declared_offload_optimizer_is_not_contradicted_by_optim():
 
 
 def test_fsdp_full_fine_tuning_recomputes_once():
-    """The Trainer raises when fsdp activation_checkpointing and gradient_checkpointing are both true."""
+    """The Trainer raises when fsdp activation_checkpointing and its own activation_checkpointing are both true."""
     sc = _scenario("full", sharding="fsdp")
     settings = launch_settings(sc, _plan(), cards_per_node=8)
     assert settings["accelerate_fsdp"]["fsdp_activation_checkpointing"] is True
-    assert settings["training_arguments"]["gradient_checkpointing"] is False
+    assert settings["training_arguments"]["activation_checkpointing"] is False
     for method in ("lora", "qlora"):  # PEFT's FSDP recipe recomputes through the Trainer instead
         settings = launch_settings(_scenario(method, sharding="fsdp"), _plan(), cards_per_node=8)
         assert settings["accelerate_fsdp"]["fsdp_activation_checkpointing"] is False
-        assert settings["training_arguments"]["gradient_checkpointing"] is True
+        assert settings["training_arguments"]["activation_checkpointing"] is True
 
 
 def test_qlora_under_fsdp_follows_the_peft_recipe():
@@ -153,12 +149,13 @@ def test_qlora_under_fsdp_follows_the_peft_recipe():
     quant = loading["quantization_config"]
     assert quant["load_in_4bit"] and quant["bnb_4bit_quant_type"] == "nf4" and quant["bnb_4bit_use_double_quant"]
     assert quant["bnb_4bit_quant_storage"] == loading["dtype"] == quant["bnb_4bit_compute_dtype"] == "bfloat16"
-    assert settings["training_arguments"]["gradient_checkpointing_kwargs"] == {"use_reentrant": True}
+    assert settings["training_arguments"]["activation_checkpointing_kwargs"] == {"use_reentrant": True}
     fp16 = from_pretrained(sc, _plan(precision="fp16"))  # fp16 AMP: float32 storage (peft fsdp.md)
     assert fp16["dtype"] == fp16["quantization_config"]["bnb_4bit_quant_storage"] == "float32"
     lora = launch_settings(_scenario("lora", sharding="fsdp"), _plan(), cards_per_node=8)
-    assert lora["accelerate_fsdp"]["fsdp_use_orig_params"] is False and "from_pretrained" not in lora
-    assert lora["training_arguments"]["gradient_checkpointing_kwargs"] == {"use_reentrant": False}
+    assert lora["accelerate_fsdp"]["fsdp_use_orig_params"] is False
+    assert lora["from_pretrained"] == {"attn_implementation": "flash_attention_2"}  # a 16-bit base: kernel only
+    assert lora["training_arguments"]["activation_checkpointing_kwargs"] == {"use_reentrant": False}
     assert fsdp_plugin(_scenario("full", sharding="fsdp"), _plan())["fsdp_use_orig_params"] is True
 
 
@@ -169,16 +166,16 @@ def test_qlora_under_zero3_stores_weights_in_the_model_dtype():
     z3 = launch_settings(sc, _plan(offload="none"), cards_per_node=8)
     assert z3["from_pretrained"]["quantization_config"]["bnb_4bit_quant_storage"] == "bfloat16"
     assert z3["from_pretrained"]["dtype"] == "bfloat16"
-    assert z3["training_arguments"]["gradient_checkpointing_kwargs"] == {"use_reentrant": True}
+    assert z3["training_arguments"]["activation_checkpointing_kwargs"] == {"use_reentrant": True}
     assert z3["ds_config.json"]["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
     z2 = launch_settings(sc, _plan(zero_stage=2, offload="none"), cards_per_node=8)
     assert "bnb_4bit_quant_storage" not in z2["from_pretrained"]["quantization_config"]
     assert "dtype" not in z2["from_pretrained"]
-    assert z2["training_arguments"]["gradient_checkpointing_kwargs"] == {"use_reentrant": False}
+    assert z2["training_arguments"]["activation_checkpointing_kwargs"] == {"use_reentrant": False}
     assert "stage3_gather_16bit_weights_on_model_save" not in z2["ds_config.json"]["zero_optimization"]
     eight = from_pretrained(_scenario("lora", base_bits=8), _plan())
-    assert eight == {"quantization_config": {"load_in_8bit": True}}
-    assert from_pretrained(_scenario("lora"), _plan()) is None and from_pretrained(_scenario("full"), _plan()) is None
+    assert eight == {"attn_implementation": "flash_attention_2", "quantization_config": {"load_in_8bit": True}}
+    assert from_pretrained(_scenario("full", attention="sdpa"), _plan()) == {"attn_implementation": "sdpa"}
 
 
 def test_fsdp_command_turns_fsdp_on():
@@ -208,7 +205,8 @@ def test_deepspeed_precision_blocks():
 def test_zero3_plans_say_to_build_training_arguments_before_the_model():
     notes = launch_settings(_scenario("full"), _plan(), cards_per_node=8)["notes"]
     assert any("before from_pretrained" in n for n in notes)
-    assert "notes" not in launch_settings(_scenario("full"), _plan(zero_stage=2, dp=16), cards_per_node=8)
+    zero2 = launch_settings(_scenario("full"), _plan(zero_stage=2, dp=16), cards_per_node=8)["notes"]
+    assert not any("before from_pretrained" in n for n in zero2)
 
 
 def test_nemo_keys_are_megatron_core_names():
@@ -222,12 +220,30 @@ def test_nemo_keys_are_megatron_core_names():
     assert nemo()["precision"] == "bf16-mixed" and nemo(precision="fp16")["precision"] == "16-mixed"
     assert nemo(precision="fp32")["precision"] == "32"
     fp8 = nemo(precision="fp8")
-    assert fp8["precision"] == "bf16-mixed" and fp8["fp8"] == "hybrid"
-    full = nemo()
+    assert fp8["precision"] == "bf16-mixed" and fp8["transformer_config"]["fp8"] == "hybrid"
+    full = nemo()["transformer_config"]
     assert full["recompute_granularity"] == "full" and full["recompute_method"] == "uniform"
     assert full["recompute_num_layers"] == 1 and "activations_checkpoint_granularity" not in full
-    selective = nemo(checkpointing="selective")
+    selective = nemo(checkpointing="selective")["transformer_config"]
     assert selective["recompute_granularity"] == "selective" and "recompute_method" not in selective
+
+
+def test_nemo_zero_stages_and_offload_write_the_megatron_keys():
+    """ZeRO-1 is Megatron's distributed optimizer, ZeRO-2/3 Megatron FSDP (optim_grads, optim_grads_params);
+    optimizer offload is optimizer_cpu_offload with the whole fraction (megatron-core 0.16 configs)."""
+    sc = _scenario("full", framework="nemo")
+
+    def nemo(**changes):
+        return launch_settings(sc, _plan(**changes), cards_per_node=8)["nemo"]
+
+    z1 = nemo(zero_stage=1)
+    assert z1["ddp"] == {"use_distributed_optimizer": True} and z1["optimizer"]["optimizer_cpu_offload"] is True
+    assert z1["optimizer"]["optimizer_offload_fraction"] == 1.0 and z1["optimizer"]["use_distributed_optimizer"]
+    z3 = nemo(zero_stage=3, offload="none")
+    assert z3["ddp"]["use_megatron_fsdp"] and z3["ddp"]["data_parallel_sharding_strategy"] == "optim_grads_params"
+    assert "optimizer_cpu_offload" not in z3["optimizer"]
+    assert nemo(zero_stage=2, offload="none")["ddp"]["data_parallel_sharding_strategy"] == "optim_grads"
+    assert nemo(zero_stage=0, offload="none")["ddp"] == {"use_distributed_optimizer": False}
 
 
 def test_torchtune_keys_carry_the_scenario_and_the_plan():
@@ -235,10 +251,11 @@ def test_torchtune_keys_carry_the_scenario_and_the_plan():
     scenario's compile / activation offloading / optimizer-in-backward settings the plan was priced with."""
     training = {"framework": "torchtune", "sharding": "fsdp", "compile": True, "activation_offload": True,
                 "optimizer_in_backward": True}  # fmt: skip
-    settings = launch_settings(_scenario("full", **training), _plan(zero_stage=2), cards_per_node=8)
+    settings = launch_settings(_scenario("full", **training), _plan(zero_stage=2, grad_accum=1), cards_per_node=8)
     tt = settings["torchtune"]
     assert tt["fsdp_reshard_after_forward"] is False and tt["compile"] is True
     assert tt["enable_activation_offloading"] is True and tt["optimizer_in_bwd"] is True
+    assert tt["clip_grad_norm"] is None  # the recipe raises for optimizer_in_bwd with gradient clipping
     assert " full_finetune_distributed --config " in settings["command"]
     assert "--rdzv_endpoint $MASTER_ADDR:29500" in settings["command"]  # two nodes need a rendezvous
     lora = launch_settings(_scenario("lora", framework="torchtune"), _plan(nodes=1), cards_per_node=16)
@@ -256,3 +273,75 @@ def test_torchtune_notes_what_the_recipe_cannot_run():
     assert "selective" in notes(checkpointing="selective")
     assert "one data-parallel rank" in notes(cards=1, nodes=1, dp=1, offload="all")
     assert notes() == ""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launch failures found by the real-library tier (tests_real/), pinned here without the libraries
+
+
+def test_one_gpu_deepspeed_plans_take_the_deepspeed_launcher():
+    """Without --use_deepspeed one process runs through accelerate's simple launcher, which sets no rank variables,
+    and DeepSpeed falls back to MPI discovery (accelerate commands/launch.py launch_command)."""
+    one = launch_settings(_scenario("full"), _plan(cards=1, nodes=1, dp=1, zero_stage=2), cards_per_node=8)
+    assert one["command"].startswith("accelerate launch --use_deepspeed --deepspeed_config_file ds_config.json ")
+    assert "--num_processes 1 " in one["command"]
+    two_nodes = launch_settings(_scenario("full"), _plan(), cards_per_node=8)["command"]
+    assert "--deepspeed_multinode_launcher standard" in two_nodes  # torchrun on each node, not pdsh over ssh
+
+
+def test_sgd_under_zero_offload_is_not_swapped_for_adam():
+    """accelerate replaces a client optimizer under ZeRO-Offload by DeepSpeedCPUAdam unless
+    zero_force_ds_cpu_optimizer is false (accelerate utils/deepspeed.py map_pytorch_optim_to_deepspeed)."""
+    ds = deepspeed_config(_plan(optimizer="sgd", zero_stage=2))
+    assert ds["zero_force_ds_cpu_optimizer"] is False and "optimizer" not in ds
+    assert hf_arguments(_scenario("full", optimizer="sgd"), _plan(optimizer="sgd"))["optim"] == "sgd"
+    assert "zero_force_ds_cpu_optimizer" not in deepspeed_config(_plan())  # AdamW: DeepSpeed's own CPU Adam
+
+
+def test_launch_yaml_names_the_lora_settings_and_the_attention_kernel():
+    sc = Scenario(**scenario_doc(lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.1},
+                                 training={"framework": "hf", "attention": "sdpa"}))  # fmt: skip
+    settings = launch_settings(sc, _plan(offload="none"), cards_per_node=8)
+    assert settings["lora_config"] == {"r": 8, "lora_alpha": 16, "lora_dropout": 0.1,
+                                       "target_modules": ["q_proj", "v_proj"], "task_type": "CAUSAL_LM"}  # fmt: skip
+    assert settings["from_pretrained"]["attn_implementation"] == "sdpa"
+    lf = settings["llamafactory.yaml"]
+    assert (lf["lora_rank"], lf["lora_alpha"], lf["lora_target"], lf["flash_attn"]) == (8, 16, "q_proj,v_proj", "sdpa")
+
+
+def test_llamafactory_export_sets_the_environment_its_launcher_reads():
+    """llamafactory-cli starts torchrun only with FORCE_TORCHRUN or several GPUs (launcher.py); DeepSpeed needs it."""
+    one = launch_settings(_scenario("full"), _plan(cards=1, nodes=1, dp=1, zero_stage=2), cards_per_node=8)
+    assert one["llamafactory"]["environment"] == {"NPROC_PER_NODE": "1", "FORCE_TORCHRUN": "1"}
+    command = "NPROC_PER_NODE=1 FORCE_TORCHRUN=1 llamafactory-cli train llamafactory.yaml"
+    assert one["llamafactory"]["command"] == command
+    two = launch_settings(_scenario("full"), _plan(), cards_per_node=8)["llamafactory"]["environment"]
+    assert two["NNODES"] == "2" and two["NODE_RANK"] == "$NODE_RANK" and two["MASTER_ADDR"] == "$MASTER_ADDR"
+    fsdp = launch_settings(_scenario("lora", sharding="fsdp"), _plan(), cards_per_node=8)["llamafactory"]
+    assert fsdp["command"].startswith("accelerate launch --use_fsdp ")
+    assert fsdp["command"].endswith(" -m llamafactory.launcher llamafactory.yaml")
+
+
+def test_solve_writes_the_llamafactory_export(run_cli, tmp_path):
+    out = tmp_path / "launch"
+    done = run_cli("solve", REPO / "scenarios" / "7b-qlora.yaml", "--launch-dir", out)
+    assert done.exit_code == 0, done.stderr
+    lf = yaml.safe_load((out / "llamafactory.yaml").read_text())
+    assert lf["finetuning_type"] == "lora" and lf["quantization_bit"] == 4 and lf["lora_target"] == "all"
+    assert "lora_config" in yaml.safe_load((out / "launch.yaml").read_text())
+
+
+def test_torchtune_qlora_plans_build_a_qlora_model():
+    qlora = launch_settings(_scenario("qlora", framework="torchtune"), _plan(), cards_per_node=8)
+    assert qlora["torchtune"]["model"]["_component_"] == "torchtune.models.llama3_1.qlora_llama3_1_8b"
+    assert qlora["torchtune"]["model"]["apply_lora_to_mlp"] is True
+    lora = launch_settings(_scenario("lora", framework="torchtune"), _plan(), cards_per_node=8)
+    assert lora["torchtune"]["model"]["_component_"] == "torchtune.models.llama3_1.lora_llama3_1_8b"
+
+
+def test_torchtune_never_writes_what_its_recipe_raises_for():
+    training = {"framework": "torchtune", "optimizer_in_backward": True, "activation_offload": True}
+    settings = launch_settings(_scenario("full", **training), _plan(grad_accum=4, checkpointing="none"), 8)
+    tt = settings["torchtune"]
+    assert tt["optimizer_in_bwd"] is False and tt["enable_activation_offloading"] is False
+    assert any("gradient_accumulation_steps 1" in n for n in settings["notes"])

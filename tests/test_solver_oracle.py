@@ -119,6 +119,15 @@ def _allow(rng: random.Random, cat: Catalog) -> dict[str, Any]:
     return allow
 
 
+def _engine_runs(doc: dict[str, Any]) -> None:
+    """Keep the draw to what its engine runs (calibration frameworks: methods, optimizers, parallelism)."""
+    if doc["training"]["framework"] == "nemo":
+        doc["training"]["optimizer"] = "adamw"
+        doc["method"] = "lora" if doc["method"] == "qlora" else doc["method"]
+    elif (doc.get("plan") or {}).get("tp", 1) != 1:
+        doc["plan"]["tp"] = 1
+
+
 def make_instance(seed: int) -> Instance:
     """A random scenario (model, method, software, sizes, pins, allow-lists, objective) over a small catalog."""
     rng = random.Random(seed)
@@ -136,6 +145,7 @@ def make_instance(seed: int) -> Instance:
                   "attention": rng.choice(["flash", "sdpa", "eager"])},
         plan=_pins(rng), allow=_allow(rng, cat), headroom=rng.choice([0.0, 0.05, 0.1]),
     )  # fmt: skip
+    _engine_runs(doc)
     if rng.random() < 0.5:
         doc["budget"] = {"amount": 1.0, "currency": rng.choice(["USD", "CNY"])}  # amount drawn after the oracle
     sc = Scenario.model_validate(doc)
@@ -181,10 +191,12 @@ def _engine_offloads(sc: Scenario, catalog: Catalog, zero: int, off: Offload, dp
 def _configs(sc: Scenario, arch: ModelArch, offer: Offer, catalog: Catalog):
     """Every (cards, nodes, tp, dp, zero, offload, micro_batch, checkpointing) of one offer, plain loops."""
     pins, gb = sc.plan, sc.global_batch
+    engine = f"hf_{sc.training.sharding.value}" if sc.training.framework.value == "hf" else sc.training.framework.value
+    tps = catalog.calibration["frameworks"].get("parallelism", {}).get(engine, {}).get("tp", TP_CHOICES)
     for cards in _card_counts(offer):
         nodes = -(-cards // offer.cards_per_node)
         for tp in TP_CHOICES:
-            if not _allowed(tp, pins.tp) or tp > _tp_limit(offer, catalog):
+            if not _allowed(tp, pins.tp) or tp > _tp_limit(offer, catalog) or tp not in tps:
                 continue  # tensor parallelism stays inside one NVLink domain, pinned or not (DESIGN.md section 2)
             if arch.heads % tp or arch.kv_heads % tp or cards % tp or gb % (cards // tp):
                 continue

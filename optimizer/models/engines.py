@@ -1,4 +1,7 @@
-"""What each training engine can run, as data (calibration.yaml ``frameworks``): checkpointing levels and offloading.
+"""What each training engine can run, as data (calibration.yaml ``frameworks``), the one source of what is proposed.
+
+Checkpointing levels, offloading, parallel degrees, methods, optimizers, optimizer-in-backward and activation
+offloading.
 
 Engines: hf_deepspeed and hf_fsdp (the hf framework with its ``training.sharding``), torchtune, nemo. The solver
 proposes only configurations the scenario's engine can launch; a pinned value is used as given (optimizer/space.py
@@ -11,7 +14,7 @@ from dataclasses import dataclass
 
 from optimizer.catalog import Catalog
 from optimizer.configs import Job
-from optimizer.schema import Framework, Method, Offload, Precision, Scenario
+from optimizer.schema import Checkpointing, Framework, Method, Offload, Precision, Scenario
 
 
 def engine_key(scenario: Scenario, job: Job) -> str:
@@ -68,3 +71,86 @@ def offload_rule(scenario: Scenario, job: Job, catalog: Catalog) -> OffloadRule:
         pairs=None if pairs is None else frozenset((int(z), str(o)) for z, o in pairs),
         min_dp=int(modes.get("full_min_dp", 1)) if job.method is Method.full else 1,
     )
+
+
+def _framework_table(catalog: Catalog, name: str) -> dict:
+    return catalog.calibration.get("frameworks", {}).get(name, {}) or {}
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the scenario's engine runs beyond offloading (calibration ``frameworks``); None: anything.
+
+    ``tp``/``pp``: parallel degrees (``parallelism``); ``methods``/``optimizers``: what it trains with;
+    ``in_backward``: methods it fuses the optimizer step into backward for (``optimizer_in_backward``);
+    ``offload_needs_checkpointing``: activation offloading only with activation checkpointing.
+    """
+
+    engine: str
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    methods: tuple[str, ...] | None = None
+    optimizers: tuple[str, ...] | None = None
+    in_backward: tuple[str, ...] = ()
+    offload_needs_checkpointing: bool = False
+
+    def allows_tp(self, tp: int) -> bool:
+        """Whether the engine runs this tensor-parallel degree."""
+        return self.tp is None or tp in self.tp
+
+    def allows_pp(self, pp: int) -> bool:
+        """Whether the engine runs this pipeline-parallel degree."""
+        return self.pp is None or pp in self.pp
+
+
+def capabilities(scenario: Scenario, catalog: Catalog) -> Capabilities:
+    """The scenario's engine capabilities from calibration ``frameworks`` (keys as :func:`engine_key`)."""
+    key = f"hf_{scenario.training.sharding.value}" if scenario.training.framework is Framework.hf else (
+        scenario.training.framework.value)  # fmt: skip
+    par = _framework_table(catalog, "parallelism").get(key, {})
+    methods = _framework_table(catalog, "methods").get(key)
+    optimizers = _framework_table(catalog, "optimizers").get(key)
+    in_bwd = _framework_table(catalog, "optimizer_in_backward").get(key, [])
+    needs = catalog.calibration.get("frameworks", {}).get("activation_offload_needs_checkpointing", [])
+    return Capabilities(
+        engine=key,
+        tp=tuple(par["tp"]) if "tp" in par else None,
+        pp=tuple(par["pp"]) if "pp" in par else None,
+        methods=tuple(methods) if methods is not None else None,
+        optimizers=tuple(optimizers) if optimizers is not None else None,
+        in_backward=tuple(in_bwd),
+        offload_needs_checkpointing=key in needs,
+    )
+
+
+def scenario_refusals(scenario: Scenario, cap: Capabilities) -> list[tuple[str, str]]:
+    """(field, problem) for each scenario setting the engine cannot run, whatever the plan."""
+    out: list[tuple[str, str]] = []
+    name = scenario.training.framework.value
+    if cap.methods is not None and scenario.method.value not in cap.methods:
+        out.append(("method", f"{name} runs method {' | '.join(cap.methods)}, not {scenario.method.value}"))
+    optimizer = scenario.plan.optimizer or scenario.training.optimizer
+    if cap.optimizers is not None and optimizer.value not in cap.optimizers:
+        out.append(("training.optimizer", f"{name} runs {' | '.join(cap.optimizers)}, not {optimizer.value}"))
+    if scenario.training.optimizer_in_backward and scenario.method.value not in cap.in_backward:
+        runs = ", ".join(cap.in_backward) or "no method"
+        out.append(("training.optimizer_in_backward", f"{cap.engine} runs the optimizer in backward for {runs}; "
+                    "allowed: false"))  # fmt: skip
+    return out
+
+
+def plan_refusals(scenario: Scenario, cap: Capabilities, tp: int, pp: int, grad_accum: int | None,
+                  checkpointing: Checkpointing | None) -> list[tuple[str, str]]:  # fmt: skip
+    """(field, problem) for each plan value (pinned or proposed) the engine cannot run; None: not decided yet."""
+    out: list[tuple[str, str]] = []
+    if not cap.allows_tp(tp):
+        out.append(("plan.tp", f"{cap.engine} runs tp {' | '.join(map(str, cap.tp or ()))}, not {tp}"))
+    if not cap.allows_pp(pp):
+        out.append(("plan.pp", f"{cap.engine} runs pp {' | '.join(map(str, cap.pp or ()))}, not {pp}"))
+    if scenario.training.optimizer_in_backward and grad_accum is not None and grad_accum != 1:
+        out.append(("plan.grad_accum", f"optimizer_in_backward needs grad_accum 1, not {grad_accum}"))
+    offload = scenario.training.activation_offload and cap.offload_needs_checkpointing
+    if offload and checkpointing is Checkpointing.none:
+        out.append(("plan.checkpointing", f"{cap.engine} offloads activations only with checkpointing: "
+                    "allowed: selective | full"))  # fmt: skip
+    return out

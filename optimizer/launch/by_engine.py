@@ -1,0 +1,68 @@
+"""The launch settings of a plan for the scenario's engine, as plain data (what ``--launch-dir`` writes).
+
+hf plans get HF TrainingArguments, from_pretrained and PEFT LoraConfig keywords, an accelerate command, DeepSpeed
+JSON or FSDP flags, and a LLaMA-Factory export; torchtune and nemo plans get their own keys. The engine modules beside
+this one state the library versions they were checked against.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimizer.launch.ds_config import deepspeed_config
+from optimizer.launch.fsdp_args import fsdp_plugin
+from optimizer.launch.hf_args import OLDEST_TRANSFORMERS, from_pretrained, hf_arguments, launcher
+from optimizer.launch.launch_common import peft_lora_config, uses_deepspeed, uses_fsdp
+from optimizer.launch.llamafactory_cfg import CONFIG_FILE, llamafactory_settings
+from optimizer.launch.nemo_cfg import nemo_settings
+from optimizer.launch.torchtune_cfg import torchtune_settings
+from optimizer.schema import Framework, OptimizerName, Scenario
+from optimizer.schema_plan import Plan
+
+ZERO3_LOADING = (
+    "build TrainingArguments(deepspeed='ds_config.json') before from_pretrained: transformers then loads the model "
+    "already partitioned (deepspeed.zero.Init) instead of whole on every rank (transformers "
+    "integrations/deepspeed.py is_deepspeed_zero3_enabled)"
+)
+
+
+def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[dict[str, Any], list[str]]:
+    """TrainingArguments, from_pretrained, LoraConfig, command, DeepSpeed/FSDP settings and the LLaMA-Factory export."""
+    notes: list[str] = []
+    fsdp = fsdp_plugin(scenario, plan) if uses_fsdp(scenario, plan) else None
+    settings: dict[str, Any] = {
+        "training_arguments": hf_arguments(scenario, plan),
+        "from_pretrained": from_pretrained(scenario, plan),
+    }
+    lora = peft_lora_config(scenario)
+    if lora is not None:
+        settings["lora_config"] = lora
+    settings["command"] = launcher(scenario, plan, fsdp)
+    if fsdp is not None:
+        settings["accelerate_fsdp"] = fsdp
+        if scenario.frozen_base_bits < 16 and plan.optimizer is OptimizerName.paged_adamw_8bit:
+            notes.append("FSDP + QLoRA with paged_adamw_8bit fails when saving a checkpoint (peft accelerate/fsdp.md)")
+    elif uses_deepspeed(scenario, plan):
+        settings["ds_config.json"] = deepspeed_config(plan)
+        if plan.zero_stage == 3:
+            notes.append(ZERO3_LOADING)
+    lf = llamafactory_settings(scenario, plan, cards_per_node, fsdp)
+    settings["llamafactory"] = {"environment": lf["environment"], "command": lf["command"]}
+    settings[CONFIG_FILE] = lf["config"]
+    notes.append(f"training_arguments use transformers >= {OLDEST_TRANSFORMERS} names; before it write "
+                 "activation_checkpointing(_kwargs) as gradient_checkpointing(_kwargs)")  # fmt: skip
+    return settings, notes
+
+
+def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> dict[str, Any]:
+    """Everything needed to start the plan with the scenario's framework, as plain data."""
+    fw = scenario.training.framework
+    if fw is Framework.torchtune:
+        settings, notes = torchtune_settings(scenario, plan, cards_per_node)
+    elif fw is Framework.nemo:
+        settings, notes = nemo_settings(scenario, plan, cards_per_node)
+    else:
+        settings, notes = hf_settings(scenario, plan, cards_per_node)
+    if notes:
+        settings["notes"] = notes
+    return settings

@@ -1,0 +1,135 @@
+"""HF ``TrainingArguments``, ``from_pretrained`` keywords and the ``accelerate launch`` command for hf plans.
+
+Checked against transformers 5.24 (``HfArgumentParser`` and the Trainer's DeepSpeed consistency checks), accelerate
+1.15 (its launch parser and the launcher it picks), peft 0.21 and trl 1.16 (tests_real/test_hf.py). Oldest supported:
+transformers 5.23.0, the first release with ``activation_checkpointing(_kwargs)`` (the names
+``gradient_checkpointing(_kwargs)`` warn since then and go in v6; on older releases rename the two keys back).
+Sources: huggingface/transformers src/transformers/training_args.py, integrations/deepspeed.py, trainer.py;
+huggingface/accelerate src/accelerate/commands/launch.py; huggingface/peft docs/source/accelerate/deepspeed.md and
+fsdp.md with examples/sft/run_peft_*.sh.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimizer.launch.ds_config import ds_declares_optimizer
+from optimizer.launch.launch_common import (
+    ACCELERATE_PRECISION,
+    HF_ATTENTION,
+    MASTER_PORT,
+    TORCH_DTYPE,
+    flag,
+    sharded,
+    uses_deepspeed,
+    uses_fsdp,
+)
+from optimizer.schema import Checkpointing, Method, OptimizerName, Precision, Scenario
+from optimizer.schema_plan import Plan
+
+OLDEST_TRANSFORMERS = "5.23.0"
+# TrainingArguments ``optim`` values (transformers training_args.py OptimizerNames)
+HF_OPTIM = {
+    OptimizerName.adamw: "adamw_torch_fused",
+    OptimizerName.adamw_8bit: "adamw_bnb_8bit",
+    OptimizerName.paged_adamw_8bit: "paged_adamw_8bit",
+    OptimizerName.sgd: "sgd",
+    OptimizerName.adafactor: "adafactor",
+}
+
+
+def trainer_recomputes(scenario: Scenario, plan: Plan) -> bool:
+    """Whether the Trainer's own activation checkpointing is on.
+
+    Under FSDP full fine-tuning recomputes through fsdp_activation_checkpointing: the Trainer raises if both that and
+    activation_checkpointing are true (transformers trainer.py "can't be set to True simultaneously"). PEFT's
+    LoRA/QLoRA FSDP recipe keeps the Trainer's checkpointing instead (peft docs accelerate/fsdp.md).
+    """
+    recompute = plan.checkpointing is not Checkpointing.none
+    return recompute and (scenario.method is not Method.full or not uses_fsdp(scenario, plan))
+
+
+def hf_arguments(scenario: Scenario, plan: Plan) -> dict[str, Any]:
+    """HF ``TrainingArguments`` (Trainer, TRL SFTTrainer, LLaMA-Factory accept the same names).
+
+    ``activation_offloading`` (only when the scenario asks for it) is TRL ``SFTConfig``'s, not the plain Trainer's.
+    """
+    recompute = trainer_recomputes(scenario, plan)
+    args: dict[str, Any] = {
+        "per_device_train_batch_size": plan.micro_batch,
+        "gradient_accumulation_steps": plan.grad_accum,
+        "activation_checkpointing": recompute,
+        "bf16": plan.precision is Precision.bf16,
+        "fp16": plan.precision is Precision.fp16,
+    }
+    if recompute and scenario.method is not Method.full:
+        # PEFT's launch scripts: use_reentrant True for QLoRA under ZeRO-3 or FSDP (run_peft_qlora_deepspeed_stage3.sh,
+        # run_peft_qlora_fsdp.sh), False for LoRA under them and for QLoRA under DDP (run_peft_deepspeed.sh,
+        # run_peft_fsdp.sh, run_peft_multigpu.sh); train.py passes it as the checkpointing kwargs
+        reentrant = scenario.frozen_base_bits < 16 and sharded(scenario, plan)
+        args["activation_checkpointing_kwargs"] = {"use_reentrant": reentrant}
+    if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
+        # with "optimizer" in ds_config.json the Trainer ignores optim (DummyOptim), so printing one would contradict
+        # the config: DeepSpeed steps DeepSpeedCPUAdam on the host
+        args["optim"] = HF_OPTIM[plan.optimizer]
+    if scenario.training.compile:
+        args["torch_compile"] = True  # TrainingArguments torch_compile
+    if scenario.training.activation_offload:
+        args["activation_offloading"] = True  # TRL SFTConfig only (huggingface/trl trl/trainer/sft_config.py)
+    if uses_deepspeed(scenario, plan):
+        args["deepspeed"] = "ds_config.json"
+    return args
+
+
+def from_pretrained(scenario: Scenario, plan: Plan) -> dict[str, Any]:
+    """``AutoModelForCausalLM.from_pretrained`` keyword arguments: attention kernel and, for a 4/8-bit base, loading.
+
+    NF4 with double quantisation is the base the memory model prices (QLoRA paper; bitsandbytes defaults to fp4).
+    Sharded (ZeRO-3 or FSDP), the packed weights must be stored in the model's float dtype, and ``dtype`` must match
+    it: bfloat16 under bf16; float32 under fp16 "for stable automatic mixed precision" (peft accelerate/fsdp.md and
+    deepspeed.md, examples/sft/utils.py).
+    """
+    kwargs: dict[str, Any] = {"attn_implementation": HF_ATTENTION[scenario.training.attention]}
+    bits = scenario.frozen_base_bits
+    if bits == 8:
+        kwargs["quantization_config"] = {"load_in_8bit": True}
+    elif bits == 4:
+        quant: dict[str, Any] = {
+            "load_in_4bit": True,
+            "bnb_4bit_quant_type": "nf4",
+            "bnb_4bit_use_double_quant": True,
+            "bnb_4bit_compute_dtype": TORCH_DTYPE.get(plan.precision, "bfloat16"),
+        }
+        kwargs["quantization_config"] = quant
+        if sharded(scenario, plan):
+            storage = "float32" if plan.precision is Precision.fp16 else "bfloat16"
+            quant["bnb_4bit_quant_storage"] = storage
+            kwargs["dtype"] = storage  # transformers >= 4.56 name; torch_dtype before
+    return kwargs
+
+
+def launcher(scenario: Scenario, plan: Plan, fsdp: dict[str, Any] | None = None) -> str:
+    """The accelerate command line for the plan's processes (all nodes) and machines.
+
+    - FSDP: ``--use_fsdp`` and each ``--fsdp_*`` flag; without them ``accelerate launch`` starts plain data
+      parallel, or whatever its default config file says.
+    - DeepSpeed: ``--use_deepspeed --deepspeed_config_file ds_config.json`` on any card count, so accelerate takes
+      its DeepSpeed launcher (torchrun underneath, which sets RANK, LOCAL_RANK and WORLD_SIZE). Without it one
+      process runs through the simple launcher with no rank variables and DeepSpeed falls back to MPI discovery
+      (accelerate commands/launch.py launch_command). Across nodes ``--deepspeed_multinode_launcher standard``
+      keeps torchrun (the default, pdsh, needs passwordless ssh and a hostfile).
+    """
+    cmd = "accelerate launch"
+    if fsdp is not None:
+        cmd += " --use_fsdp " + " ".join(f"--{k} {flag(v)}" for k, v in fsdp.items())
+        cmd += f" --mixed_precision {ACCELERATE_PRECISION[plan.precision]}"
+    elif uses_deepspeed(scenario, plan):
+        cmd += " --use_deepspeed --deepspeed_config_file ds_config.json"
+        if plan.nodes > 1:
+            cmd += " --deepspeed_multinode_launcher standard"
+    elif plan.cards > 1:
+        cmd += " --multi_gpu"
+    cmd += f" --num_processes {plan.cards} --num_machines {plan.nodes}"
+    if plan.nodes > 1:
+        cmd += f" --machine_rank $NODE_RANK --main_process_ip $MASTER_ADDR --main_process_port {MASTER_PORT}"
+    return cmd + " train.py"

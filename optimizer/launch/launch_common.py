@@ -1,0 +1,69 @@
+"""Pieces every engine's launch settings share: which stack runs the plan, precision names, torchrun, LoRA, attention.
+
+Checked against: torch 2.13 (torchrun), transformers 5.24, accelerate 1.15, peft 0.21 (the versions of
+``.ci/launch-requirements.txt``, validated by ``tests_real/``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimizer.schema import Attention, Framework, Method, Offload, Precision, Scenario, Sharding
+from optimizer.schema_plan import Plan
+
+# accelerate ``--mixed_precision`` choices: no | fp16 | bf16 | fp8 (accelerate commands/launch.py)
+ACCELERATE_PRECISION = {Precision.bf16: "bf16", Precision.fp16: "fp16", Precision.fp8: "fp8", Precision.fp32: "no"}
+# from_pretrained ``attn_implementation`` (transformers modeling_utils.py: "eager", "sdpa", "flash_attention_2")
+HF_ATTENTION = {Attention.flash: "flash_attention_2", Attention.sdpa: "sdpa", Attention.eager: "eager"}
+TORCH_DTYPE = {Precision.fp16: "float16"}  # anything else computes in bfloat16 (the QLoRA compute dtype)
+MASTER_PORT = 29500  # torchrun's default --master_port
+RDZV = f"--rdzv_backend c10d --rdzv_endpoint $MASTER_ADDR:{MASTER_PORT}"  # torchrun multi-node rendezvous
+
+
+def uses_deepspeed(scenario: Scenario, plan: Plan) -> bool:
+    """Whether the hf plan runs under DeepSpeed (a ZeRO stage or an offload with ``sharding: deepspeed``)."""
+    hf = scenario.training.framework is Framework.hf and scenario.training.sharding is Sharding.deepspeed
+    return hf and (plan.zero_stage > 0 or plan.offload is not Offload.none)
+
+
+def uses_fsdp(scenario: Scenario, plan: Plan) -> bool:
+    """Whether the hf plan runs under accelerate's FSDP (a ZeRO stage with ``sharding: fsdp``)."""
+    hf = scenario.training.framework is Framework.hf and scenario.training.sharding is Sharding.fsdp
+    return hf and plan.zero_stage > 0
+
+
+def sharded(scenario: Scenario, plan: Plan) -> bool:
+    """Parameters sharded across ranks: FSDP, or DeepSpeed ZeRO-3."""
+    return uses_fsdp(scenario, plan) or (uses_deepspeed(scenario, plan) and plan.zero_stage == 3)
+
+
+def lora_targets(scenario: Scenario) -> list[str] | str:
+    """The scenario's LoRA target modules (HF names), or the string ``all-linear``."""
+    spec = scenario.lora_spec
+    targets = [str(t) for t in spec.targets] if spec is not None else []
+    return "all-linear" if "all-linear" in targets else targets
+
+
+def peft_lora_config(scenario: Scenario) -> dict[str, Any] | None:
+    """``peft.LoraConfig`` keyword arguments for a LoRA/QLoRA scenario (None for full fine-tuning)."""
+    spec = scenario.lora_spec
+    if scenario.method is Method.full or spec is None:
+        return None
+    return {
+        "r": spec.rank,
+        "lora_alpha": spec.alpha,
+        "lora_dropout": spec.dropout,
+        "target_modules": lora_targets(scenario),
+        "task_type": "CAUSAL_LM",
+    }
+
+
+def flag(value: Any) -> str:
+    """A value as accelerate's command line reads it (booleans as true/false)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def torchrun_args(plan: Plan, cards_per_node: int) -> str:
+    """The torchrun node and process counts, with a c10d rendezvous when the plan spans nodes."""
+    args = f"--nnodes {plan.nodes} --nproc_per_node {min(plan.cards, cards_per_node)}"
+    return args + (f" {RDZV}" if plan.nodes > 1 else "")

@@ -1,0 +1,115 @@
+"""NeMo 2 / Megatron-Core settings, grouped by the config class that takes them.
+
+Checked against megatron-core 0.16.1 (tests_real/test_nemo.py builds ``TransformerConfig``,
+``DistributedDataParallelConfig`` and ``OptimizerConfig`` from these groups and runs their ``__post_init__``
+checks). Sources: NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py (recompute_*, fp8,
+attention_backend), megatron/core/distributed/distributed_data_parallel_config.py (use_distributed_optimizer,
+use_megatron_fsdp, data_parallel_sharding_strategy), megatron/core/optimizer/optimizer_config.py and
+optimizer/__init__.py (optimizer_cpu_offload through HybridDeviceOptimizer); NVIDIA/NeMo
+nemo/collections/llm/recipes/CONFIGURATION-HIERARCHY.md (MegatronStrategy, MegatronMixedPrecision, LoRA).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimizer.launch.launch_common import torchrun_args
+from optimizer.schema import Attention, Checkpointing, Method, Offload, OptimizerName, Precision, Scenario
+from optimizer.schema_plan import Plan
+
+# NeMo 2 MegatronMixedPrecision ``precision``: "16-mixed" | "bf16-mixed" | "32"; FP8 runs on top of bf16-mixed
+NEMO_PRECISION = {
+    Precision.bf16: "bf16-mixed",
+    Precision.fp16: "16-mixed",
+    Precision.fp32: "32",
+    Precision.fp8: "bf16-mixed",
+}
+# TransformerConfig attention_backend (megatron/core/transformer/enums.py AttnBackend): Megatron has no torch-SDPA
+# path, so sdpa leaves the choice to Megatron (auto); eager is its unfused PyTorch attention
+ATTENTION_BACKEND = {Attention.flash: "flash", Attention.sdpa: "auto", Attention.eager: "unfused"}
+# ZeRO stage -> Megatron data-parallel sharding: stage 1 is the distributed optimizer; 2 and 3 are Megatron FSDP
+# with gradients (and parameters) sharded too
+SHARDING_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+# HF module names -> Megatron's LoRA target_modules (NeMo nemo/collections/llm/peft/lora.py)
+_LORA_TARGETS = {"q_proj": "linear_qkv", "k_proj": "linear_qkv", "v_proj": "linear_qkv", "o_proj": "linear_proj",
+                 "gate_proj": "linear_fc1", "up_proj": "linear_fc1", "down_proj": "linear_fc2"}  # fmt: skip
+MEGATRON_OPTIMIZER = {OptimizerName.adamw: "adam", OptimizerName.sgd: "sgd"}  # the two Megatron-Core builds
+
+
+def transformer_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
+    """TransformerConfig keys: recomputation, FP8, attention kernel."""
+    keys: dict[str, Any] = {
+        "recompute_granularity": None if plan.checkpointing is Checkpointing.none else plan.checkpointing.value,
+        "attention_backend": ATTENTION_BACKEND[scenario.training.attention],
+    }
+    if plan.checkpointing is Checkpointing.full:
+        # TransformerConfig raises for full recomputation without a method and a layer count; uniform over groups of
+        # one layer recomputes every layer from its input
+        keys["recompute_method"] = "uniform"
+        keys["recompute_num_layers"] = 1
+    if plan.precision is Precision.fp8:
+        keys["fp8"] = "hybrid"  # "e4m3" | "hybrid" (E4M3 forward, E5M2 gradients)
+    return keys
+
+
+def ddp_config(plan: Plan) -> dict[str, Any]:
+    """DistributedDataParallelConfig keys: ZeRO-1 as the distributed optimizer, ZeRO-2/3 as Megatron FSDP."""
+    keys: dict[str, Any] = {"use_distributed_optimizer": plan.zero_stage >= 1}
+    if plan.zero_stage >= 2:
+        keys["use_megatron_fsdp"] = True
+        keys["data_parallel_sharding_strategy"] = SHARDING_STRATEGY[plan.zero_stage]
+    return keys
+
+
+def optimizer_config(plan: Plan) -> dict[str, Any]:
+    """OptimizerConfig keys: the optimizer, the distributed optimizer and CPU offload of its states and step.
+
+    ``optimizer_cpu_offload`` with ``optimizer_offload_fraction`` 1.0 keeps every state on the CPU and steps it there
+    (HybridDeviceOptimizer, megatron/core/optimizer/__init__.py); it needs decoupled weight decay (AdamW mode, the
+    default) and the distributed optimizer, the one wrapper that accepts it (distrib_optimizer.py "Only Adam and
+    HybridDeviceOptimizer currently supported"), hence ZeRO stage 1 (calibration.yaml frameworks.offload_modes).
+    """
+    keys: dict[str, Any] = {
+        "optimizer": MEGATRON_OPTIMIZER.get(plan.optimizer, plan.optimizer.value),
+        "use_distributed_optimizer": plan.zero_stage >= 1,
+    }
+    if plan.offload is not Offload.none:
+        keys["optimizer_cpu_offload"] = True
+        keys["optimizer_offload_fraction"] = 1.0
+    return keys
+
+
+def lora_peft(scenario: Scenario) -> dict[str, Any] | None:
+    """NeMo 2 ``llm.peft.LoRA`` arguments (dim, alpha, dropout, target_modules) for a LoRA scenario."""
+    spec = scenario.lora_spec
+    if scenario.method is Method.full or spec is None:
+        return None
+    names = [str(t) for t in spec.targets]
+    every = "all-linear" in names
+    targets = sorted(set(_LORA_TARGETS.values()) if every else {_LORA_TARGETS[t] for t in names if t in _LORA_TARGETS})
+    return {"dim": spec.rank, "alpha": spec.alpha, "dropout": spec.dropout, "target_modules": targets}
+
+
+def nemo_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[dict[str, Any], list[str]]:
+    """NeMo 2 settings (strategy, model, DDP, optimizer, data, precision, LoRA), the command and notes."""
+    notes: list[str] = []
+    keys: dict[str, Any] = {
+        "strategy": {"tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp},
+        "transformer_config": transformer_config(scenario, plan),
+        "ddp": ddp_config(plan),
+        "optimizer": optimizer_config(plan),
+        "data": {
+            "micro_batch_size": plan.micro_batch,
+            "global_batch_size": plan.micro_batch * plan.grad_accum * plan.dp,
+        },  # fmt: skip
+        "precision": NEMO_PRECISION[plan.precision],
+    }
+    peft = lora_peft(scenario)
+    if peft is not None:
+        keys["peft"] = peft
+    if scenario.frozen_base_bits < 16:
+        notes.append("NeMo 2 LoRA trains over a 16-bit base: it has no 4/8-bit (QLoRA) base")
+    if plan.optimizer not in MEGATRON_OPTIMIZER:
+        notes.append(f"Megatron-Core builds adam or sgd only: {plan.optimizer.value} does not run under NeMo")
+    command = f"torchrun {torchrun_args(plan, cards_per_node)} <script>"
+    return {"nemo": keys, "command": command}, notes

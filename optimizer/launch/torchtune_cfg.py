@@ -1,0 +1,118 @@
+"""torchtune recipe overrides and the ``tune run`` command.
+
+Checked against torchtune 0.6.1 with torch 2.13 (tests_real/test_torchtune.py: OmegaConf merge into the shipped
+recipe configs, the recipes' own start-up checks, the model builder's signature). Sources:
+pytorch/torchtune recipes/full_finetune_distributed.py, lora_finetune_distributed.py, recipes/configs/*,
+torchtune/models/*/_model_builders.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimizer.launch.launch_common import lora_targets, torchrun_args
+from optimizer.schema import Checkpointing, Method, Offload, OptimizerName, Precision, Scenario
+from optimizer.schema_plan import Plan
+
+# catalog model name (lower case) -> (torchtune.models module, base builder); the LoRA builder is "lora_" + base and
+# the QLoRA builder "qlora_" + base where the module defines one (torchtune 0.6.1 torchtune/models/*/_model_builders.py)
+BUILDERS = {
+    "llama-2-7b": ("llama2", "llama2_7b"),
+    "llama-2-13b": ("llama2", "llama2_13b"),
+    "llama-2-70b": ("llama2", "llama2_70b"),
+    "llama-3.1-8b": ("llama3_1", "llama3_1_8b"),
+    "llama-3.1-70b": ("llama3_1", "llama3_1_70b"),
+    "llama-3.1-405b": ("llama3_1", "llama3_1_405b"),
+    "llama-3.2-3b": ("llama3_2", "llama3_2_3b"),
+    "mistral-7b-v0.1": ("mistral", "mistral_7b"),
+    "qwen2.5-7b": ("qwen2_5", "qwen2_5_7b_base"),
+    "qwen2.5-14b": ("qwen2_5", "qwen2_5_14b_base"),
+    "qwen2.5-32b": ("qwen2_5", "qwen2_5_32b_base"),
+    "qwen2.5-72b": ("qwen2_5", "qwen2_5_72b_base"),
+}
+# torchtune 0.6.1 defines qlora_* builders for the llama2, llama3_1, llama3_2 and mistral modules, none for qwen2_5
+QLORA_MODULES = frozenset({"llama2", "llama3_1", "llama3_2", "mistral"})
+# HF attention projection names -> torchtune's lora_attn_modules names (torchtune/models/llama3_1 lora builders)
+_ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "o_proj": "output_proj"}
+_MLP = {"gate_proj", "up_proj", "down_proj"}
+OPTIMIZER_COMPONENT = {
+    OptimizerName.adamw: "torch.optim.AdamW",
+    OptimizerName.sgd: "torch.optim.SGD",
+    OptimizerName.adamw_8bit: "bitsandbytes.optim.AdamW8bit",
+    OptimizerName.paged_adamw_8bit: "bitsandbytes.optim.PagedAdamW8bit",
+    OptimizerName.adafactor: "transformers.optimization.Adafactor",
+}
+
+
+def model_component(scenario: Scenario) -> tuple[dict[str, Any], list[str]]:
+    """The ``model`` block (builder and LoRA keys) and what cannot be built as planned."""
+    name = scenario.model.lower() if isinstance(scenario.model, str) else None
+    entry = BUILDERS.get(name) if name else None
+    notes: list[str] = []
+    block: dict[str, Any] = {}
+    if entry is None:
+        notes.append("torchtune: no known builder for this model; set model._component_ to its torchtune builder")
+    else:
+        module, base = entry
+        prefix = {Method.full: "", Method.lora: "lora_", Method.qlora: "qlora_"}[scenario.method]
+        if scenario.method is Method.qlora and module not in QLORA_MODULES:
+            notes.append(f"torchtune 0.6.1 has no QLoRA builder for {scenario.model} (no qlora_{base}): this plan "
+                         "does not run under torchtune")  # fmt: skip
+        block["_component_"] = f"torchtune.models.{module}.{prefix}{base}"
+    spec = scenario.lora_spec
+    if scenario.method is not Method.full and spec is not None:
+        targets = lora_targets(scenario)
+        every = targets == "all-linear"
+        block["lora_attn_modules"] = list(_ATTN.values()) if every else [_ATTN[t] for t in targets if t in _ATTN]
+        block["apply_lora_to_mlp"] = every or any(t in _MLP for t in targets)
+        block["apply_lora_to_output"] = False
+        block["lora_rank"] = spec.rank
+        block["lora_alpha"] = spec.alpha
+        block["lora_dropout"] = spec.dropout
+    return block, notes
+
+
+def torchtune_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[dict[str, Any], list[str]]:
+    """The torchtune recipe overrides, the ``tune run`` command, and what the recipe cannot do as planned."""
+    t = scenario.training
+    full = scenario.method is Method.full
+    recompute = plan.checkpointing is not Checkpointing.none
+    model, notes = model_component(scenario)
+    keys: dict[str, Any] = {
+        "model": model,
+        "optimizer": {"_component_": OPTIMIZER_COMPONENT[plan.optimizer]},
+        "batch_size": plan.micro_batch,
+        "gradient_accumulation_steps": plan.grad_accum,
+        "enable_activation_checkpointing": recompute,
+        # the recipes raise for offloading without checkpointing (full_finetune_distributed.py __init__)
+        "enable_activation_offloading": t.activation_offload and recompute,
+        "fsdp_cpu_offload": plan.offload is not Offload.none,
+        "fsdp_reshard_after_forward": plan.zero_stage >= 3,  # False = SHARD_GRAD_OP (recipe docstring)
+        "compile": t.compile,
+        "dtype": plan.precision.value,
+    }
+    if full:
+        # full-fine-tuning recipes only; they raise for it with gradient accumulation or gradient clipping
+        in_bwd = t.optimizer_in_backward and plan.grad_accum == 1
+        keys["optimizer_in_bwd"] = in_bwd
+        if in_bwd:
+            keys["clip_grad_norm"] = None
+        elif t.optimizer_in_backward:
+            notes.append("optimizer_in_bwd needs gradient_accumulation_steps 1 (the recipe raises): left off")
+    if t.activation_offload and not recompute:
+        notes.append("enable_activation_offloading needs enable_activation_checkpointing (the recipe raises): "
+                     "left off")  # fmt: skip
+    recipe = "full_finetune_distributed" if full else "lora_finetune_distributed"
+    if plan.precision not in (Precision.bf16, Precision.fp32):
+        notes.append(f"torchtune recipes take dtype bf16 or fp32 only ({recipe}.py raises for fp16): "
+                     f"this {plan.precision.value} plan does not run under torchtune")  # fmt: skip
+    if plan.checkpointing is Checkpointing.selective:
+        notes.append(
+            "torchtune 0.6 has no per-operator selective checkpointing (its ac_mode 'selective' recomputes "
+            "every n-th whole layer): full checkpointing is set, which needs less memory, more time"
+        )
+    if full and plan.offload is not Offload.none and plan.dp == 1:
+        notes.append(f"{recipe} applies FSDP, and so fsdp_cpu_offload, only with more than one data-parallel rank: "
+                     "on one GPU the offload this plan relies on does not happen")  # fmt: skip
+    command = f"tune run {torchrun_args(plan, cards_per_node)} {recipe} --config <config>"
+    return {"torchtune": keys, "command": command}, notes

@@ -1,0 +1,74 @@
+"""Run inside LLaMA-Factory's own environment: parse each exported YAML with LLaMA-Factory's ``get_train_args``.
+
+Usage: python lf_check.py CASES.json RESULTS.json. CASES.json maps a case name to {"config", "ds_config", "dp",
+"command", "environment"}; RESULTS.json maps it to "ok" or the error text. This CPU process stands for the plan's
+GPU ranks: the world size is the plan's data-parallel size and bf16 is available, as on the GPUs the solver proposes
+bf16 for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+
+def _check(case: dict, workdir: Path) -> str:
+    import transformers.training_args as training_args
+    from llamafactory.hparams import get_train_args
+    from transformers import TrainingArguments
+
+    config = dict(case["config"], output_dir=str(workdir / "out"), report_to="none")
+    if "deepspeed" in config:
+        path = workdir / "ds_config.json"
+        path.write_text(json.dumps(case["ds_config"]))
+        config["deepspeed"] = str(path)
+    # what llamafactory-cli does with the exported environment on the GPU node (launcher.py): torchrun when
+    # FORCE_TORCHRUN is set or the node has several GPUs, and accelerate's FSDP launcher is torchrun too; torchrun
+    # hands the script its rank variables (one local rank stands for them here)
+    env = case["environment"]
+    torchrun = env.get("FORCE_TORCHRUN") == "1" or int(env["NPROC_PER_NODE"]) > 1
+    if torchrun or case["command"].startswith("accelerate launch"):
+        os.environ.update(LOCAL_RANK="0", RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29531")
+    else:
+        for key in ("LOCAL_RANK", "RANK", "WORLD_SIZE"):
+            os.environ.pop(key, None)
+    TrainingArguments.world_size = property(lambda self: case["dp"])
+    training_args.is_torch_bf16_gpu_available = lambda: True
+    model_args, data_args, train_args, finetuning_args, _ = get_train_args(config)
+    assert train_args.per_device_train_batch_size == config["per_device_train_batch_size"]
+    assert finetuning_args.finetuning_type == config["finetuning_type"]
+    if config.get("quantization_bit"):
+        assert model_args.quantization_bit == config["quantization_bit"]
+    if "deepspeed" in config:
+        hf_ds = train_args.hf_deepspeed_config
+        assert hf_ds.config["train_batch_size"] == config["per_device_train_batch_size"] * config[
+            "gradient_accumulation_steps"] * case["dp"]  # fmt: skip
+    if case["command"].startswith("accelerate launch"):
+        from accelerate.commands.launch import launch_command_parser
+
+        argv = [{"$NODE_RANK": "0", "$MASTER_ADDR": "10.0.0.1"}.get(a, a) for a in shlex.split(case["command"])[2:]]
+        args = launch_command_parser().parse_args(argv)
+        assert args.module and args.training_script == "llamafactory.launcher", args
+    return "ok"
+
+
+def main() -> None:
+    cases = json.loads(Path(sys.argv[1]).read_text())
+    results = {}
+    for name, case in sorted(cases.items()):
+        with tempfile.TemporaryDirectory() as tmp:
+            os.chdir(tmp)
+            try:
+                results[name] = _check(case, Path(tmp))
+            except BaseException:  # noqa: BLE001  (every failure, SystemExit from the parser included, is a result)
+                results[name] = traceback.format_exc(limit=3)
+    Path(sys.argv[2]).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

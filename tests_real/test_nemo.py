@@ -1,0 +1,59 @@
+"""nemo plans: megatron-core's TransformerConfig, DistributedDataParallelConfig and OptimizerConfig built from the
+settings, with the model's shape and the plan's parallel degrees, running their own validation (__post_init__).
+
+Versions: .ci/launch-requirements.txt (megatron-core 0.16.1).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests_real.cases import ids_for, solved
+
+NEMO = ids_for("nemo")
+
+
+@pytest.mark.parametrize("name", NEMO)
+def test_transformer_config_accepts_the_model_settings(name):
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.enums import AttnBackend
+
+    case = solved(name)
+    nemo = case.settings["nemo"]
+    keys = dict(nemo["transformer_config"])
+    keys["attention_backend"] = AttnBackend[keys["attention_backend"]]
+    arch = case.model
+    cfg = TransformerConfig(
+        num_layers=arch.layers, hidden_size=arch.hidden, ffn_hidden_size=arch.intermediate,
+        num_attention_heads=arch.heads, num_query_groups=arch.kv_heads,
+        tensor_model_parallel_size=nemo["strategy"]["tensor_model_parallel_size"],
+        pipeline_model_parallel_size=nemo["strategy"]["pipeline_model_parallel_size"],
+        bf16=nemo["precision"] == "bf16-mixed", fp16=nemo["precision"] == "16-mixed", **keys,
+    )  # fmt: skip
+    assert cfg.tensor_model_parallel_size == case.plan.tp
+
+
+@pytest.mark.parametrize("name", NEMO)
+def test_ddp_and_optimizer_configs_accept_the_sharding_and_offload(name):
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+
+    case = solved(name)
+    nemo = case.settings["nemo"]
+    ddp = DistributedDataParallelConfig(**nemo["ddp"])
+    opt = OptimizerConfig(lr=1e-5, bf16=nemo["precision"] == "bf16-mixed", fp16=nemo["precision"] == "16-mixed",
+                          **nemo["optimizer"])  # fmt: skip
+    assert ddp.use_distributed_optimizer == opt.use_distributed_optimizer == (case.plan.zero_stage >= 1)
+    if case.plan.offload.value != "none":
+        assert opt.optimizer_cpu_offload and opt.optimizer_offload_fraction == 1.0 and opt.use_distributed_optimizer
+    if case.plan.zero_stage >= 2:
+        assert ddp.use_megatron_fsdp
+    assert nemo["data"]["global_batch_size"] == case.scenario.global_batch
+
+
+@pytest.mark.parametrize("name", [n for n in NEMO if "peft" in solved(n).settings["nemo"]])
+def test_lora_targets_are_megatron_module_names(name):
+    from megatron.core.transformer.transformer_layer import TransformerLayer  # noqa: F401  (Megatron is importable)
+
+    targets = solved(name).settings["nemo"]["peft"]["target_modules"]
+    assert set(targets) <= {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"} and targets
