@@ -172,7 +172,7 @@ def prepare(case: dict[str, Any], tmp: Path) -> Case:
     sc, catalog, label = planner.prepare(path, planner.Overrides(catalog=[str(offers_path)]))
     merged = {**planner.ESTIMATE_DEFAULTS, **sc.plan.model_dump(exclude_none=True)}
     sc = sc.model_copy(update={"plan": validate(PlanPins, merged, label, "plan.")})
-    job, offers, gpus, ev = space.enumerate_all(sc, catalog, resolve_model(sc, catalog, path), label)
+    job, offers, gpus, ev = space.enumerate_all(sc, catalog, resolve_model(sc, catalog, path), label, replay=True)
     row = np.array([0])
     cfg = ev.cfg.take(row)
     inputs = (job, cfg, gpus, offers, ev.offer_idx[row], ev.cards[row], ev.nodes[row])

@@ -393,13 +393,21 @@ def engine_capabilities(scenario: Scenario, catalog: Catalog, arch: Any, source:
 
 
 def enumerate_all(
-    scenario: Scenario, catalog: Catalog, arch: Any, source: str
+    scenario: Scenario, catalog: Catalog, arch: Any, source: str, replay: bool = False
 ) -> tuple[Job, list[Offer], list[Gpu], Evaluated]:
-    """Every configuration allowed by the pins, evaluated (before the fit filter and pruning)."""
+    """Every configuration allowed by the pins, evaluated (before the fit filter and pruning).
+
+    ``replay``: evaluate a published run's pinned configuration as it was measured, without the engine's launch
+    rules (reference cases stand a run of another stack, e.g. torchtitan at tp 8, by the framework whose defaults
+    match; the rules say what ftopt may propose and launch, not what was run).
+    """
     job = make_job(scenario, arch)
     offers = pinned_offers(scenario, catalog, source)
     gpus = [catalog.gpus[o.gpu] for o in offers]
-    cap = engine_capabilities(scenario, catalog, arch, source)
+    if replay:
+        cap = Capabilities(engine=capabilities(scenario, catalog).engine)
+    else:
+        cap = engine_capabilities(scenario, catalog, arch, source)
     lays = layouts(scenario, job, offers, gpus, cap)
     levels = checkpointing_levels(job, catalog)
     if job.activation_offload and cap.offload_needs_checkpointing:  # offloads the activations it checkpoints

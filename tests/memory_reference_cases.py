@@ -220,7 +220,7 @@ def evaluate_case(
     path.write_text(yaml.safe_dump(scenario, sort_keys=False))
     sc = load_scenario(path)
     arch = resolve_model(sc, catalog, path)
-    job, _, _, ev = enumerate_all(sc, catalog, arch, str(path))
+    job, _, _, ev = enumerate_all(sc, catalog, arch, str(path), replay=True)
     cfg = ev.cfg.take(slice(0, 1))
     parts = memory.breakdown(job, cfg, consts if consts is not None else catalog.calibration["memory"])
     m = case["measured"]

@@ -25,7 +25,9 @@ def lora_figure():
 def test_log_axes_say_so_and_tick_in_plain_numbers(lora_figure):
     ax = lora_figure.axes[0]
     assert ax.get_xscale() == "log" and ax.get_xlabel() == "wall-clock hours (log scale)"
-    assert ax.get_ylabel() == "total cost (USD) (log scale)"
+    # each axis says "log scale" exactly when it is one (the cost axis turns log only for a wide span of costs)
+    assert ax.get_ylabel().startswith("total cost (USD)")
+    assert ax.get_ylabel().endswith("(log scale)") == (ax.get_yscale() == "log")
     ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
     assert "1" in ticks and not any("10^" in t or "$" in t for t in ticks)
 

@@ -121,7 +121,9 @@ def test_deepspeed_settings_follow_the_plan():
 
 
 def test_a_tensor_parallel_plan_is_refused_with_one_line(run_cli, write_scenario, tmp_path: Path):
-    path = write_scenario(plan={"gpu": "A100-80G", "cards": 2, "tp": 2})
+    # nemo runs tensor parallelism (hf would refuse tp=2 itself); the probe, which runs HF, must refuse it
+    path = write_scenario(plan={"gpu": "A100-80G", "cards": 2, "tp": 2},
+                          training={"framework": "nemo", "optimizer": "adamw", "attention": "flash"})
     result = run_cli("probe", path, "--out", tmp_path / "p")
     assert result.exit_code == 2 and "the probe runs data parallel only" in result.stderr
     assert result.stderr.count("\n") == 1 and not (tmp_path / "p").exists()
