@@ -45,7 +45,12 @@ def main() -> None:
         _exit_now(EXIT_INTERRUPTED, "ftopt: interrupted")
     try:
         cli_main()
+    except KeyboardInterrupt:  # one that reached no handler of the command's own
+        _exit_now(EXIT_INTERRUPTED, "ftopt: interrupted")
     except SystemExit as done:
+        # The command has finished and written what it writes: a Ctrl-C from here on would only turn a finished
+        # run into CPython's re-raised SIGINT (status -2) during shutdown, so it is ignored.
+        _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
         if done.code == EXIT_INTERRUPTED:
             _exit_now(EXIT_INTERRUPTED)
         raise
