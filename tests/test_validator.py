@@ -81,7 +81,7 @@ def test_the_untouched_plan_is_valid():
         ("memory", {"fits": False}, r"memory.fits = False but recomputed True"),
         ("time", {"hours": 0.5}, r"time.hours = 0.5 but recomputed"),
         ("time", {"steps": 1}, r"time.steps = 1 but recomputed"),
-        ("cost", {"total": 1.0}, r"cost 1.0 \w+ differs from the recomputed"),
+        ("cost", {"total": 1.0}, r"cost 1.0 != billed units x prices x cards"),
         ("cost", {"currency": "EUR"}, r"cost currency EUR is not the offer's"),
     ],
 )
