@@ -99,30 +99,6 @@ def front(space: Space, limits: Limits, objective: Objective, settings: SolverSe
     return Front(points, chosen, solves + 1)
 
 
-def oracle_front(space: Space, limits: Limits) -> set[tuple[int, int]]:
-    """The (cost_cents, time_s) values of the non-dominated feasible plans, by plain loops (for tests)."""
-    c = space.cand
-    cost_c = cents(space.cost_total)
-    time_s = seconds(c.time["hours"])
-    feasible: list[tuple[int, int]] = []
-    for i in range(len(c)):
-        offer = space.offers[int(c.offer_idx[i])]
-        if limits.gpus is not None and offer.gpu not in limits.gpus:
-            continue
-        if limits.providers is not None and offer.provider.lower() not in limits.providers:
-            continue
-        if limits.max_cards is not None and int(c.cards[i]) > limits.max_cards:
-            continue
-        if limits.max_nodes is not None and int(c.nodes[i]) > limits.max_nodes:
-            continue
-        if limits.budget_cents is not None and int(cost_c[i]) > limits.budget_cents:
-            continue
-        if limits.deadline_s is not None and int(time_s[i]) > limits.deadline_s:
-            continue
-        feasible.append((int(cost_c[i]), int(time_s[i])))
-    return {p for p in feasible if not any(q[0] <= p[0] and q[1] <= p[1] and q != p for q in feasible)}
-
-
 def allowed(space: Space, limits: Limits) -> np.ndarray:
     """Mask (n_candidates,) of the candidates that pass the allow-lists and the card and node limits.
 
