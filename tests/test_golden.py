@@ -212,3 +212,58 @@ def test_pinned_term_bills_only_that_term():
     assert exact_bill(30.0, offer, frozenset([Term.hour])).per_card == 60
     assert cost.bill(30.0, offer, frozenset([Term.hour])).per_card == pytest.approx(60.0, rel=1e-12)
     assert exact_bill(30.0, offer).per_card == 53
+
+
+# ------------------------------------------------------------------------------------------------ found by the
+# mutation check (bench/mutation.py): each pins a rule no other test could tell from a plausible slip
+
+
+def test_fp32_training_keeps_fp32_weights_gradients_and_adam_moments():
+    # fp32 full fine-tuning on one GPU (no mixed precision: no master copy): 4 B weights, 4 B gradients,
+    # 8 B AdamW m + v per parameter
+    m = _mem(job(framework="hf"), precision="fp32", grad_accum=4)
+    assert m["weights"] == 26_953_662_464  # 4 x 6,738,415,616
+    assert m["gradients"] == 26_953_662_464  # 4 x P, kept across accumulation steps
+    assert m["optimizer"] == 53_907_324_928  # 8 x P
+
+
+def test_gradient_accumulation_of_two_keeps_every_gradient():
+    # with GA > 1 the gradients accumulate across micro-batches, so all of them are live at the peak: HF AMP keeps
+    # 4 B fp32 gradients, 4 x 6,738,415,616 = 26,953,662,464, whatever the activations are
+    for ga in (2, 4):
+        assert _mem(job(framework="hf"), grad_accum=ga, checkpointing="full")["gradients"] == 26_953_662_464
+
+
+def test_lora_dropout_keeps_a_copy_and_a_mask_per_adapted_input():
+    # dropout > 0 keeps the dropped-out 16-bit input (2 B) and its 1 B mask for each adapted module: q and v read
+    # h = 4096 each, so 3 x (4096 + 4096) = 24,576 B per token per layer; T = 2048 tokens x 32 layers (no
+    # checkpointing): 24,576 x 2048 x 32 = 1,610,612,736 bytes more than without dropout
+    c = cfg(checkpointing="none")
+    plain = activations.activation_bytes(job(method="lora"), c, consts())[0]
+    dropped = activations.activation_bytes(job(method="lora", dropout=0.1), c, consts())[0]
+    assert int(dropped - plain) == 1_610_612_736
+
+
+def test_logits_fragment_the_allocator_like_activations():
+    # the caching allocator's reserve grows with what is allocated and freed every micro-batch; the logits and
+    # loss buffers are such tensors just like activations: a byte more of either adds the same fragmentation
+    j_std, j_chunk = job(framework="torchtune", loss="standard"), job(framework="torchtune", loss="chunked")
+    c_none, c_full = cfg(checkpointing="none"), cfg(checkpointing="full")
+    a = {k: memory.breakdown(j, c, consts()) for k, (j, c) in
+         {"std": (j_std, c_full), "chunk": (j_chunk, c_full), "none": (j_std, c_none)}.items()}  # fmt: skip
+    d_logits = int(a["std"]["logits"][0] - a["chunk"]["logits"][0])
+    d_acts = int(a["none"]["activations"][0] - a["std"]["activations"][0])
+    per_logit = int(a["std"]["fragmentation"][0] - a["chunk"]["fragmentation"][0]) / d_logits
+    per_act = int(a["none"]["fragmentation"][0] - a["std"]["fragmentation"][0]) / d_acts
+    assert d_logits > 0 and d_acts > 0
+    assert per_logit == pytest.approx(per_act, abs=1e-6)
+
+
+def test_selective_checkpointing_keeps_a_fraction_of_every_layer_plus_one_working_layer():
+    # selective (torchtitan per-op policy) keeps f = 0.3 of each layer's saved tensors and recomputes the other 0.7
+    # of one layer at a time: A_sel = T c (0.3 L + 0.7) = A_none x (0.3 + 0.7 / 32) for the 32 layers of Llama-2-7B
+    assert consts()["selective_keep_fraction"] == 0.3  # docs/memory-model.md section 2 (update both together)
+    j = job(framework="hf", method="full")
+    none = int(activations.activation_bytes(j, cfg(checkpointing="none"), consts())[0])
+    sel = int(activations.activation_bytes(j, cfg(checkpointing="selective"), consts())[0])
+    assert sel == pytest.approx(none * (0.3 + 0.7 / 32), abs=2)
