@@ -293,3 +293,15 @@ def test_the_deadline_bound_moves_every_stage_forward(lora_space):
     assert times and times[0] <= 200 * 3600
     assert all(b < a for a, b in zip(times, times[1:], strict=False))
     assert fr.solves <= len(lora_space.cand) + 2
+
+
+def test_relevant_candidates_are_not_dominated(lora_space):
+    # the reduction hands CP-SAT only candidates that no other admitted candidate strictly dominates
+    space = lora_space
+    keep = relevant(space, Limits())
+    cost_c = [ceil_cents(exact(v)) for v in space.cost_total]
+    time_s = [ceil_seconds(float(v)) for v in space.cand.time["hours"]]
+    points = list(zip(cost_c, time_s, strict=True))
+    assert 0 < keep.sum() < len(points)
+    for i in map(int, np.flatnonzero(keep)):
+        assert not any(_dominates(q, points[i]) for q in points), i

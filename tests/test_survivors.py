@@ -20,9 +20,9 @@ import yaml
 
 from optimizer.catalog import load_catalog
 from optimizer.models import activations
-from optimizer.planner import solve_scenario
+from optimizer.planner import prepare, solve_scenario
 from optimizer.schema import Status
-from optimizer.validator import priced
+from optimizer.validator import check_plan, priced
 
 from .conftest import scenario_doc
 from .memory_builders import cfg, consts, job
@@ -30,12 +30,13 @@ from .memory_builders import cfg, consts, job
 # ------------------------------------------------------------------------------------------------ budget rounding
 
 
-def _per_second_offer(tmp_path: Path) -> tuple[str, object]:
-    """An offers file with one A100-80G offer billed per second at 1.37 an hour (fractions of a cent per bill)."""
+def _per_second_offer(tmp_path: Path, increment_s: int = 1) -> tuple[str, object]:
+    """An offers file with one A100-80G offer at 1.37 an hour, billed per ``increment_s`` seconds (per second by
+    default: fractions of a cent per bill)."""
     base = next(o for o in load_catalog().offers if o.gpu == "A100-80G")
     price = next(iter(base.prices.values())).model_copy(update={"amount": 1.37})
     doc = base.model_dump(mode="json", exclude_none=True)
-    doc.update(id="test-per-second", hour_increment_s=1, max_nodes=1, cards_per_node=8,
+    doc.update(id="test-per-second", hour_increment_s=increment_s, max_nodes=1, cards_per_node=8,
                prices={"hour": price.model_dump(mode="json")})  # fmt: skip
     doc.pop("inter_node_gb_per_s", None)
     offer = type(base).model_validate(doc)
@@ -64,9 +65,29 @@ def test_a_plan_a_fraction_of_a_cent_over_the_budget_is_not_chosen(write_scenari
     assert tight.status is Status.infeasible or exact_total(tight) <= below, (
         f"budget {below} {currency}: chose a plan costing {float(exact_total(tight)):.6f}"
     )
+    # the validator, re-checking the free plan against the tight budget, flags it (exact decimal ceiling)
+    sc, cat, _ = prepare(write_scenario("check.yaml", catalog=catalog, allow={"gpus": ["A100-80G"]},
+                                        budget={"amount": float(below), "currency": currency}))  # fmt: skip
+    assert any("exceeds the budget" in v for v in check_plan(sc, cat, free)), check_plan(sc, cat, free)
     # one cent more admits the plan again (the test does not pass merely by turning infeasible)
     ok = best("ok.yaml", budget={"amount": float(below + Fraction(1, 100)), "currency": currency})
     assert ok.plan is not None and exact_total(ok) == cost
+
+
+def test_a_budget_with_a_fraction_of_a_cent_is_rounded_down(write_scenario, tmp_path):
+    # hourly billing at 1.37: every bill is whole cents; a budget half a cent below the cheapest bill must refuse
+    # it (budget cents = floor), not round the budget up to that bill
+    catalog, offer = _per_second_offer(tmp_path, increment_s=3600)
+
+    def best(name: str, **changes):
+        return solve_scenario(write_scenario(name, catalog=catalog, allow={"gpus": ["A100-80G"]}, **changes)).best
+
+    free = best("free.yaml")
+    cost = priced(free.plan.billed_units, offer) * free.plan.cards
+    assert (cost * 100).denominator == 1
+    budget = float(cost - Fraction(1, 200))
+    tight = best("tight.yaml", budget={"amount": budget, "currency": free.cost.currency})
+    assert tight.plan is None or priced(tight.plan.billed_units, offer) * tight.plan.cards <= Fraction(budget)
 
 
 # ------------------------------------------------------------------------------------------------ launch batch sizes
