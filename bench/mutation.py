@@ -203,7 +203,7 @@ MUTATIONS: list[Mutation] = [
        r'\["hours"\]\)', r"\1", ["tests/test_validator.py"],
        "a plan with infinite (NaN) hours accepted as fitting"),
     _m("validator-budget-rounded-down", "validator", VALID, r"elif ceil_cents\(plan_total \* exact\(rate\.rate\)\)",
-       "elif int(plan_total * exact(rate.rate) * 100)", ["tests/test_validator.py", "tests/test_solver_oracle.py"],
+       "elif int(plan_total * exact(rate.rate) * 100)", ["tests/test_survivors.py", "tests/test_validator.py"],
        "the validator's budget check rounds money down"),
 ]
 
