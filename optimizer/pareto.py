@@ -15,7 +15,8 @@ Each stage is solver.solve with ``deadline_s = eps_k``, so each point is proven 
 Why it is exact: any plan cheaper than c_k has time > eps_k >= t_k, and any plan costing c_k has time >= t_k, so
 (c_k, t_k) is non-dominated; conversely a non-dominated value (c, t) with t_{k+1} < t <= t_k would have been the
 minimum for eps_{k+1} (c < c_{k+1} is impossible after minimising, c >= c_{k+1} makes it dominated), so none is
-skipped. Times strictly decrease, so the loop ends after at most |front| + 1 solves.
+skipped. Times strictly decrease, so the loop ends after at most |front| + 1 solves; it is also bounded by one
+stage per candidate plus one, and raises RuntimeError if a bug (an epsilon bound the solver ignores) hits that.
 
 Pruning in space.py keeps one plan per (offer, cards): the fastest, which is also the cheapest of its group, so
 it removes no point of the front. By default the stages see only :func:`relevant` candidates, those that no
@@ -80,7 +81,11 @@ def front(space: Space, limits: Limits, objective: Objective, settings: SolverSe
     points: list[FrontPoint] = []
     eps_s = limits.deadline_s
     solves = 0
+    max_stages = len(space.cand) + 1  # each stage records a new candidate with a strictly smaller time, or stops
     while eps_s is None or eps_s >= 0:
+        if solves >= max_stages:
+            raise RuntimeError(f"Pareto sweep did not end after {max_stages} stages ({len(space.cand)} candidates): "
+                               f"the epsilon bound no longer excludes the previous point")  # fmt: skip
         out = solve(space, Objective.cost, dataclasses.replace(limits, deadline_s=eps_s), settings, subset)
         solves += 1
         if out.index is None:
@@ -92,30 +97,6 @@ def front(space: Space, limits: Limits, objective: Objective, settings: SolverSe
         return Front([], None, solves)
     chosen = solve(space, objective, limits, settings, subset).index
     return Front(points, chosen, solves + 1)
-
-
-def oracle_front(space: Space, limits: Limits) -> set[tuple[int, int]]:
-    """The (cost_cents, time_s) values of the non-dominated feasible plans, by plain loops (for tests)."""
-    c = space.cand
-    cost_c = cents(space.cost_total)
-    time_s = seconds(c.time["hours"])
-    feasible: list[tuple[int, int]] = []
-    for i in range(len(c)):
-        offer = space.offers[int(c.offer_idx[i])]
-        if limits.gpus is not None and offer.gpu not in limits.gpus:
-            continue
-        if limits.providers is not None and offer.provider.lower() not in limits.providers:
-            continue
-        if limits.max_cards is not None and int(c.cards[i]) > limits.max_cards:
-            continue
-        if limits.max_nodes is not None and int(c.nodes[i]) > limits.max_nodes:
-            continue
-        if limits.budget_cents is not None and int(cost_c[i]) > limits.budget_cents:
-            continue
-        if limits.deadline_s is not None and int(time_s[i]) > limits.deadline_s:
-            continue
-        feasible.append((int(cost_c[i]), int(time_s[i])))
-    return {p for p in feasible if not any(q[0] <= p[0] and q[1] <= p[1] and q != p for q in feasible)}
 
 
 def allowed(space: Space, limits: Limits) -> np.ndarray:

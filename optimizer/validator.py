@@ -2,10 +2,13 @@
 
 :func:`check_plan` takes a scenario, a catalog and an :class:`~optimizer.schema_plan.Estimate` (what ``solve`` or
 ``estimate`` returned) and lists every rule the plan breaks, one message per violation; an empty list means the
-plan is valid. It does not use the enumeration, pruning, billing or solver it checks: it rebuilds the job and the
-one-row configuration itself, evaluates the pure models with arrays of length 1 (the hardware row comes from
-space.hardware, the one place where link bandwidths are derated), re-bills the hours and re-derives each
-constraint of DESIGN.md sections 2 and 5 (cpsat-primer's validation.py, one function per rule).
+plan is valid. It does not use the enumeration, pruning, billing, rounding or solver it checks: it rebuilds the
+job and the one-row configuration itself, evaluates the pure models with arrays of length 1 (the hardware row comes
+from space.hardware, the one place where link bandwidths are derated; the models themselves are checked against
+hand-worked numbers in tests/test_golden.py), re-bills the hours with its own plain loop over term counts in exact
+decimal arithmetic (:func:`exact_bill`, not optimizer.models.cost), rounds money and time up with exact decimal
+ceilings (:func:`ceil_cents`, :func:`ceil_seconds`, not solver.cents/seconds) and re-derives each constraint of
+DESIGN.md sections 2 and 5 (cpsat-primer's validation.py, one function per rule).
 
 :func:`validate_catalog_files` runs the catalog loader's pydantic models on gpus, offers, models and fx files
 (``ftopt catalog validate``).
@@ -16,6 +19,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +30,7 @@ from optimizer import catalog as catalog_mod
 from optimizer.catalog import Catalog, resolve_model
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.errors import InputError
-from optimizer.models import cost, memory, timing
+from optimizer.models import memory, timing
 from optimizer.schema import TERM_HOURS, ModelArch, Offload, Precision, Scenario, Term
 from optimizer.schema_catalog import FxFile, Gpu, ModelFile, Offer
 from optimizer.schema_plan import Estimate, Plan
@@ -40,6 +45,14 @@ _INCREMENT_S = {"hour": 3600, "minute": 60, "second": 1}
 
 
 @dataclass(frozen=True)
+class ExactBill:
+    """The cheapest cover of a job's hours per card: exact cost (offer currency) and units per term."""
+
+    per_card: Fraction | None  # None: no allowed, priced term covers the hours
+    units: dict[str, int]
+
+
+@dataclass(frozen=True)
 class Recomputed:
     """What the validator derived for one plan: memory by component (bytes), time (floats), bill per card."""
 
@@ -47,7 +60,7 @@ class Recomputed:
     capacity_bytes: int
     time: dict[str, float]
     steps: int
-    bill: cost.Bill
+    bill: ExactBill
 
 
 # ------------------------------------------------------------------------------------------------ rebuilding
@@ -94,18 +107,100 @@ def recompute(scenario: Scenario, catalog: Catalog, arch: ModelArch, plan: Plan,
     with np.errstate(divide="ignore", invalid="ignore"):
         t = {k: float(v[0]) for k, v in timing.job_time(job, cfg, hw, catalog.calibration["timing"]).items()}
     hours = t["hours"]
-    bill = cost.bill(hours, offer, scenario.billing_terms) if math.isfinite(hours) else cost.Bill(math.inf, {})
+    bill = exact_bill(hours, offer, scenario.billing_terms) if math.isfinite(hours) else ExactBill(None, {})
     return Recomputed(mem, int(gpu.memory_gib * 2**30), t, job.steps, bill)
 
 
-def cents(amount: float) -> int:
-    """Money to whole cents, rounded up (as the solver compares costs)."""
-    return math.ceil(round(amount * 100.0, 6))
+# ------------------------------------------------------------------------------------------------ exact money
 
 
-def seconds(hours: float) -> int:
-    """Hours to whole seconds, rounded up (as the solver compares times)."""
-    return math.ceil(round(hours * 3600.0, 6))
+def exact(x: float) -> Fraction:
+    """A catalog or scenario number as the decimal it was written as (0.1 is 1/10, not the nearest double)."""
+    return Fraction(Decimal(repr(float(x))))
+
+
+def _ceil_tolerant(x: Fraction) -> int:
+    """ceil(x) after rounding x to 6 decimals: a float product that lands 1e-9 above a whole unit is that unit."""
+    q = Decimal(x.numerator) / Decimal(x.denominator)
+    return int(q.quantize(Decimal("1e-6")).to_integral_value(ROUND_CEILING))
+
+
+def ceil_cents(amount: Fraction) -> int:
+    """Money to whole cents, rounded up: a plan a fraction of a cent over a budget is over it."""
+    return _ceil_tolerant(amount * 100)
+
+
+def floor_cents(amount: float) -> int:
+    """A limit (budget) to whole cents, rounded down."""
+    return int((Decimal(repr(float(amount))) * 100).to_integral_value(ROUND_FLOOR))
+
+
+def floor_seconds(hours: float) -> int:
+    """A limit (deadline) in hours to whole seconds, rounded down."""
+    return int((Decimal(repr(float(hours))) * 3600).to_integral_value(ROUND_FLOOR))
+
+
+def ceil_seconds(hours: float) -> int:
+    """Hours to whole seconds, rounded up (the model's float hours, tolerant to float noise below 1e-6 s)."""
+    return _ceil_tolerant(Fraction(hours) * 3600)
+
+
+def _increments(hours: Fraction, increment_s: int) -> int:
+    """Billing increments of ``increment_s`` seconds that cover ``hours`` (a started increment is paid)."""
+    return _ceil_tolerant(max(hours, Fraction(0)) * 3600 / increment_s)
+
+
+def exact_bill(hours: float, offer: Offer, terms: frozenset[Term] | None = None) -> ExactBill:
+    """Cheapest per-card bill covering ``hours``, by a plain loop over months, weeks and days (exact fractions).
+
+    For each count of months m and weeks w (never more than one unit beyond the hours) and days d, the rest
+    max(0, H - 720 m - 168 w - 24 d) is billed in the offer's hourly increments; the cheapest total wins, fewer
+    long units first among equal totals. A term outside ``terms`` (when given) or not priced is never used; with
+    no way to cover the hours the bill has per_card None.
+    """
+    h = Fraction(hours)
+    allowed = {t for t in Term if (terms is None or t in terms) and t in offer.prices}
+    price = {t: exact(offer.prices[t].amount) for t in allowed}
+    inc = offer.hour_increment_s
+    inc_name = {3600: "hour", 60: "minute", 1: "second"}[inc] if inc in (3600, 60, 1) else "second"
+    inc_count_scale = 1 if inc in (3600, 60, 1) else inc
+
+    def count_range(term: Term, rest: Fraction) -> range:
+        if term not in allowed:
+            return range(1)
+        return range(math.ceil(max(rest, Fraction(0)) / TERM_HOURS[term]) + 1)
+
+    best: tuple[Fraction, int, dict[str, int]] | None = None
+    for m in count_range(Term.month, h):
+        for w in count_range(Term.week, h - 720 * m):
+            for d in count_range(Term.day, h - 720 * m - 168 * w):
+                rest = h - 720 * m - 168 * w - 24 * d
+                n = _increments(rest, inc)
+                if n and Term.hour not in allowed:
+                    continue
+                total = m * price.get(Term.month, 0) + w * price.get(Term.week, 0) + d * price.get(Term.day, 0)
+                total += n * price[Term.hour] * inc / 3600 if n else 0
+                units = {k: v for k, v in (("month", m), ("week", w), ("day", d)) if v}
+                if n:
+                    units[inc_name] = n * inc_count_scale
+                key = (total, m + w + d)
+                if best is None or key < best[:2]:
+                    best = (total, m + w + d, units)
+    if best is None:
+        return ExactBill(None, {})
+    return ExactBill(best[0], best[2])
+
+
+def priced(units: dict[str, int], offer: Offer) -> Fraction | None:
+    """Exact per-card price of the billed units in the offer currency; None when a unit's term is not priced."""
+    total = Fraction(0)
+    for unit, n in units.items():
+        term = _term_of(unit)
+        if term not in offer.prices:
+            return None
+        total += n * exact(offer.prices[term].amount) * (Fraction(_INCREMENT_S[unit], 3600) if unit in _INCREMENT_S
+                                                          else 1)  # fmt: skip
+    return total
 
 
 # ------------------------------------------------------------------------------------------------ rules
@@ -177,30 +272,32 @@ def _bill_rules(est: Estimate, sc: Scenario, catalog: Catalog, offer: Offer, r: 
     p, c = est.plan, est.cost
     assert p is not None and c is not None
     out = []
-    covered_h = sum(n * (_INCREMENT_S[u] / 3600 if u in _INCREMENT_S else TERM_HOURS[Term(u)])
+    covered_h = sum(n * (Fraction(_INCREMENT_S[u], 3600) if u in _INCREMENT_S else TERM_HOURS[Term(u)])
                     for u, n in p.billed_units.items())  # fmt: skip
-    if covered_h + 1e-9 < r.time["hours"]:
-        out.append(f"billed units {p.billed_units} cover {covered_h:g} h, less than the job's {r.time['hours']:.4f} h")
-    priced = sum(n * offer.prices[_term_of(u)].amount * (_INCREMENT_S[u] / 3600 if u in _INCREMENT_S else 1)
-                 for u, n in p.billed_units.items() if _term_of(u) in offer.prices) * p.cards  # fmt: skip
-    if any(_term_of(u) not in offer.prices for u in p.billed_units):
+    if (Fraction(r.time["hours"]) - covered_h) * 3600 > Fraction(1, 10**6):  # a microsecond of float noise
+        out.append(f"billed units {p.billed_units} cover {float(covered_h):g} h, less than the job's "
+                   f"{r.time['hours']:.4f} h")  # fmt: skip
+    per_card = priced(p.billed_units, offer)
+    if per_card is None:
         out.append(f"billed units {p.billed_units} use a term {offer.id} does not price")
-    elif abs(priced - c.total) > 0.005 + 1e-9 * priced:
-        out.append(f"cost {c.total} != billed units x prices x cards = {priced:.2f}")
-    if p.billed_units != r.bill.units or p.term != r.bill.term:
-        out.append(f"bill {p.term} {p.billed_units} is not the cheapest cover {r.bill.term} {r.bill.units}")
-    expected = round(r.bill.per_card * p.cards, 2)
-    if abs(expected - c.total) > 0.005 + 1e-9 * expected:
-        out.append(f"cost {c.total} {c.currency} differs from the recomputed {expected:.2f}")
+        return out
+    plan_total = per_card * p.cards
+    if abs(plan_total - exact(c.total)) > Fraction(1, 200):
+        out.append(f"cost {c.total} != billed units x prices x cards = {float(plan_total):.4f}")
+    if r.bill.per_card is None:
+        out.append(f"no term of {offer.id} allowed by the scenario covers {r.time['hours']:.4f} h")
+    elif per_card - r.bill.per_card > Fraction(1, 10**6):
+        out.append(f"bill {p.term} {p.billed_units} ({float(per_card):.4f} per card) is not the cheapest cover "
+                   f"{r.bill.units} ({float(r.bill.per_card):.4f} per card)")  # fmt: skip
     if c.currency != offer.currency:
         out.append(f"cost currency {c.currency} is not the offer's {offer.currency}")
     if sc.budget is not None:
         rate = catalog.rate(offer.currency, sc.budget.currency)
         if rate is None:
             out.append(f"no exchange rate {offer.currency}->{sc.budget.currency} to check the budget")
-        elif cents(r.bill.per_card * p.cards * rate.rate) > math.floor(round(sc.budget.amount * 100.0, 6)):
-            total = r.bill.per_card * p.cards * rate.rate
-            out.append(f"cost {total:,.2f} {sc.budget.currency} exceeds the budget {sc.budget.amount:,.2f}")
+        elif ceil_cents(plan_total * exact(rate.rate)) > floor_cents(sc.budget.amount):
+            total = float(plan_total * exact(rate.rate))
+            out.append(f"cost {total:,.4f} {sc.budget.currency} exceeds the budget {sc.budget.amount:,.2f}")
     return out
 
 
@@ -231,7 +328,7 @@ def _model_rules(est: Estimate, sc: Scenario, r: Recomputed) -> list[str]:
         out.append(f"time.steps = {t.steps} but recomputed {r.steps}")
     if not math.isfinite(r.time["hours"]):
         return [*out, f"time.hours is not finite ({r.time['hours']}): the layout cannot run"]
-    if sc.deadline_hours is not None and seconds(r.time["hours"]) > math.floor(round(sc.deadline_hours * 3600, 6)):
+    if sc.deadline_hours is not None and ceil_seconds(r.time["hours"]) > floor_seconds(sc.deadline_hours):
         out.append(f"takes {r.time['hours']:.2f} h, over the deadline of {sc.deadline_hours:g} h")
     return out
 

@@ -16,10 +16,12 @@ import json
 import pytest
 import yaml
 
+from optimizer.catalog import load_catalog
 from optimizer.planner import estimate_scenario
 from tests.memory_reference_cases import (
     NOTE_SETTINGS,
     evaluate_all,
+    evaluate_case,
     load_all_cases,
     load_cases,
     note_scenario,
@@ -57,8 +59,12 @@ def test_estimate_accepts_every_reference_case(case, with_notes, tmp_path):
     path.write_text(yaml.safe_dump(note_scenario(case) if with_notes else case["scenario"], sort_keys=False))
     est = estimate_scenario(path, {})
     assert set(est.memory.model_dump()) == MEMORY_KEYS
-    components = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
-    assert est.memory.total == sum(getattr(est.memory, k) for k in components)
+    # the CLI's estimate path (scenario -> planner -> report) reports the numbers the accuracy harness computes from
+    # the case's pinned plan (enumerate_all -> memory.breakdown): a pin, note setting or row lost on the way fails
+    harness = evaluate_case(case, load_catalog(), tmp_path, notes=with_notes).parts
+    got = {k: getattr(est.memory, k) for k in ("weights", "gradients", "optimizer", "activations", "logits",
+                                               "overhead", "total", "cpu_offload")}  # fmt: skip
+    assert got == {k: harness[k] for k in got}
 
 
 def test_estimate_cli_answers_a_reference_case_with_the_json_contract(run_cli, tmp_path):

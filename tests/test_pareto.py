@@ -13,12 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import optimizer.pareto as pareto_mod
 from optimizer.catalog import load_catalog, resolve_model
-from optimizer.pareto import front, oracle_front, pareto_scenario, relevant
+from optimizer.pareto import front, pareto_scenario, relevant
 from optimizer.planner import solve_scenario
 from optimizer.schema import Objective, Scenario, Status
 from optimizer.solver import Limits, cents, seconds, solve
 from optimizer.space import Space, build
+from optimizer.validator import ceil_cents, ceil_seconds, exact
 
 from .conftest import REPO, scenario_doc
 
@@ -38,6 +40,33 @@ def _values(space: Space, fr) -> set[tuple[int, int]]:
 
 def _dominates(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] <= b[0] and a[1] <= b[1] and a != b
+
+
+def oracle_front(space: Space, limits: Limits) -> set[tuple[int, int]]:
+    """The (cost_cents, time_s) values of the non-dominated feasible plans, by plain loops.
+
+    Independent of the code under test: money and time are rounded up with the validator's exact decimal
+    ceilings (not solver.cents/seconds), and dominance is a pairwise loop (not pareto.nondominated).
+    """
+    c = space.cand
+    feasible: list[tuple[int, int]] = []
+    for i in range(len(c)):
+        offer = space.offers[int(c.offer_idx[i])]
+        cost_c, time_s = ceil_cents(exact(space.cost_total[i])), ceil_seconds(float(c.time["hours"][i]))
+        if limits.gpus is not None and offer.gpu not in limits.gpus:
+            continue
+        if limits.providers is not None and offer.provider.lower() not in limits.providers:
+            continue
+        if limits.max_cards is not None and int(c.cards[i]) > limits.max_cards:
+            continue
+        if limits.max_nodes is not None and int(c.nodes[i]) > limits.max_nodes:
+            continue
+        if limits.budget_cents is not None and cost_c > limits.budget_cents:
+            continue
+        if limits.deadline_s is not None and time_s > limits.deadline_s:
+            continue
+        feasible.append((cost_c, time_s))
+    return {p for p in feasible if not any(_dominates(q, p) for q in feasible)}
 
 
 @st.composite
@@ -239,3 +268,40 @@ def test_pareto_table_marks_the_chosen_plan(run_cli):
 def test_pareto_help_ends_with_examples(run_cli):
     res = run_cli("pareto", "--help")
     assert "Examples:" in res.stdout and "ftopt pareto scenarios/70b.yaml" in res.stdout
+
+
+def test_a_sweep_whose_epsilon_bound_is_ignored_stops_with_an_error(monkeypatch, lora_space):
+    # the bug that once hung the suite: a solve that drops the deadline constraint returns the same point forever;
+    # the sweep must stop after one stage per candidate (+1) with a clear error instead
+    n = 12
+    space = dataclasses.replace(lora_space, cand=lora_space.cand.take(np.arange(n)),
+                                cost_total=lora_space.cost_total[:n], bills=lora_space.bills[:n])  # fmt: skip
+    real = pareto_mod.solve
+
+    def no_deadline(sp, objective, limits, *args, **kwargs):
+        return real(sp, objective, dataclasses.replace(limits, deadline_s=None), *args, **kwargs)
+
+    monkeypatch.setattr(pareto_mod, "solve", no_deadline)
+    with pytest.raises(RuntimeError, match=rf"did not end after {n + 1} stages"):
+        front(space, Limits(), Objective.cost)
+
+
+def test_the_deadline_bound_moves_every_stage_forward(lora_space):
+    # each stage's time is strictly below the previous stage's: the epsilon bound is what ends the sweep
+    fr = front(lora_space, Limits(deadline_s=200 * 3600), Objective.cost)
+    times = [p.time_s for p in fr.points]
+    assert times and times[0] <= 200 * 3600
+    assert all(b < a for a, b in zip(times, times[1:], strict=False))
+    assert fr.solves <= len(lora_space.cand) + 2
+
+
+def test_relevant_candidates_are_not_dominated(lora_space):
+    # the reduction hands CP-SAT only candidates that no other admitted candidate strictly dominates
+    space = lora_space
+    keep = relevant(space, Limits())
+    cost_c = [ceil_cents(exact(v)) for v in space.cost_total]
+    time_s = [ceil_seconds(float(v)) for v in space.cand.time["hours"]]
+    points = list(zip(cost_c, time_s, strict=True))
+    assert 0 < keep.sum() < len(points)
+    for i in map(int, np.flatnonzero(keep)):
+        assert not any(_dominates(q, points[i]) for q in points), i

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,17 @@ def test_70b_full_finetune_on_one_80gb_card_does_not_fit_without_offload(write_s
 def test_host_memory_limit_rules_out_plans_that_offload_more(write_scenario):
     doc = yaml.safe_load((REPO / "scenarios" / "70b.yaml").read_text(encoding="utf-8"))
     unlimited = solve_scenario(REPO / "scenarios" / "70b.yaml").best
-    assert unlimited.memory.cpu_offload > 512 * 2**30  # the cheapest plan offloads optimizer states to the host
-    doc["allow"]["max_host_memory_gib"] = 512
-    limited = solve_scenario(write_scenario(doc=doc)).best
-    assert limited.memory is None or limited.memory.cpu_offload <= 512 * 2**30
+    need_gib = unlimited.memory.cpu_offload / 2**30
+    assert need_gib > 64  # the cheapest plan offloads optimizer states to the host
+
+    def limited(gib: int):
+        doc["allow"]["max_host_memory_gib"] = gib
+        return solve_scenario(write_scenario(f"host-{gib}.yaml", doc=doc)).best
+
+    # a limit just above what the cheapest plan needs changes nothing
+    roomy = limited(math.ceil(need_gib) + 1)
+    assert roomy.plan == unlimited.plan
+    # just below, that plan is ruled out: another plan within the limit, or none at all (never the same plan)
+    tight = limited(math.floor(need_gib) - 1)
+    assert tight.plan != unlimited.plan
+    assert tight.plan is None or tight.memory.cpu_offload <= (math.floor(need_gib) - 1) * 2**30

@@ -1,0 +1,357 @@
+"""Mutation check: plant realistic one-line bugs, one at a time, and see whether the tests notice.
+
+Run it before resolving an issue that changes a model, the solver or the launch code (not in CI: about 10-20
+minutes on 2 cores):
+
+    python bench/mutation.py                    # every mutation, 2 at a time
+    python bench/mutation.py --jobs 1 --only memory-zero1-optimizer-not-sharded,solver-cents-rounded-down
+    python bench/mutation.py --module solver    # the mutations of one module
+    python bench/mutation.py --list             # what would run
+
+Each mutation is a regular expression and its replacement, applied to the first matching line of the first file
+(of its glob list) that matches, in a private copy of the tracked tree (so a running editor or other checkout is
+never touched); then its targeted tests run there with ``pytest -x`` and a per-test timeout. A mutation is
+"killed" when the tests fail (or time out), and "survived" when they pass: a survivor is a realistic bug the suite
+would ship. A pattern that matches nothing (the code moved or was rewritten) is reported as "skipped" with its
+pattern, so the list is kept current by hand. The summary gives the survival rate per module; the exit status is 1
+when anything survived, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+MEMORY_TESTS = ["tests/test_golden.py", "tests/test_survivors.py", "tests/test_memory_components.py",
+                "tests/test_memory_techniques.py", "tests/test_memory_properties.py",
+                "tests/test_memory_reference.py"]  # fmt: skip
+TIMING_TESTS = ["tests/test_golden.py", "tests/test_timing.py", "tests/test_timing_properties.py",
+                "tests/test_timing_accuracy.py"]  # fmt: skip
+COST_TESTS = ["tests/test_golden.py", "tests/test_cost.py", "tests/test_validator.py", "tests/test_solver_oracle.py"]
+SOLVER_TESTS = ["tests/test_survivors.py", "tests/test_infeasible.py", "tests/test_pareto.py",
+                "tests/test_solver_oracle.py"]  # fmt: skip
+LAUNCH_TESTS = ["tests/test_survivors.py", "tests/test_launch.py"]
+LAUNCH_FILES = ["optimizer/launch.py", "optimizer/launch/*.py"]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One planted bug: in the first of ``files`` where ``pattern`` matches, its first match becomes ``repl``."""
+
+    id: str
+    module: str
+    files: tuple[str, ...]
+    pattern: str
+    repl: str
+    tests: tuple[str, ...]
+    why: str  # the bug it stands for
+
+
+def _m(id_: str, module: str, files: str | list[str], pattern: str, repl: str, tests: list[str], why: str) -> Mutation:
+    return Mutation(id_, module, tuple([files] if isinstance(files, str) else files), pattern, repl, tuple(tests), why)
+
+
+MEM, ACT = "optimizer/models/memory.py", "optimizer/models/activations.py"
+TIM, COST = "optimizer/models/timing.py", "optimizer/models/cost.py"
+SOLVER, PARETO = "optimizer/solver.py", "optimizer/pareto.py"
+SPACE, VALID = "optimizer/space.py", "optimizer/validator.py"
+
+MUTATIONS: list[Mutation] = [
+    # ---- memory: model states
+    _m("memory-zero1-optimizer-not-sharded", "memory", MEM, r"shard = np\.where\(cfg\.zero_stage >= 1, cfg\.dp, 1\)",
+       "shard = np.where(cfg.zero_stage >= 1, 1, 1)", MEMORY_TESTS, "ZeRO sharding of optimizer states dropped"),
+    _m("memory-zero3-weights-not-sharded", "memory", MEM, r"shard = np\.where\(z3, cfg\.dp, 1\)",
+       "shard = np.where(z3, 1, 1)", MEMORY_TESTS, "ZeRO-3 parameter sharding dropped"),
+    _m("memory-master-2-bytes", "memory", MEM, r'_field\(job, cfg, consts, pre \+ "master_bytes"\)',
+       '0.5 * _field(job, cfg, consts, pre + "master_bytes")', MEMORY_TESTS, "fp32 master weights counted at 2 B"),
+    _m("memory-fp32-adam-4-bytes", "memory", MEM, r"adam = np\.where\(fp32, 8\.0,", "adam = np.where(fp32, 4.0,",
+       MEMORY_TESTS, "fp32 Adam moments at 4 B instead of 8"),
+    _m("memory-8bit-adam-1-byte", "memory", MEM, r"OptimizerName\.adamw_8bit: np\.full\(len\(cfg\), 2\.0\)",
+       "OptimizerName.adamw_8bit: np.full(len(cfg), 1.0)", MEMORY_TESTS, "8-bit AdamW keeps one moment"),
+    _m("memory-lora-q-single-side", "memory", MEM, r'"q_proj": h \+ h,', '"q_proj": h,', MEMORY_TESTS,
+       "LoRA A and B of q_proj counted as one matrix"),
+    _m("memory-linear-params-kv-once", "memory", MEM, r"2 \* a\.hidden \* a\.kv_width", "a.hidden * a.kv_width",
+       MEMORY_TESTS, "k and v projections counted once in the quantised Linear parameters"),
+    _m("memory-fp32-grad-partitions-unsharded", "memory", MEM,
+       r"f32 = np\.where\(cfg\.zero_stage >= 1, 1\.0 / n, 1\.0\)", "f32 = np.where(cfg.zero_stage >= 2, 1.0 / n, 1.0)",
+       MEMORY_TESTS, "DeepSpeed fp32 gradient partitions sharded only from stage 2"),
+    _m("memory-zero2-grads-unsharded", "memory", MEM, r"\[1\.0, 1\.0 / n, 0\.0\]", "[1.0, 1.0, 0.0]", MEMORY_TESTS,
+       "ZeRO-2 16-bit gradients not sharded"),
+    _m("memory-offload-keeps-optimizer", "memory", MEM,
+       r"return _i64\(np\.where\(\(cfg\.offload != _NONE\) & \(cfg\.zero_stage >= 1\), 0\.0, states\)\)",
+       "return _i64(states)", MEMORY_TESTS, "optimizer offload leaves the states on the GPU"),
+    _m("memory-zero3-gathered-halved", "memory", MEM, r"ds = 4\.0 \* largest_module_params\(job\)",
+       "ds = 2.0 * largest_module_params(job)", MEMORY_TESTS, "ZeRO-3 gathered layer without its gradients"),
+    _m("memory-transient-grads-at-ga2", "memory", MEM, r"transient = \(cfg\.grad_accum <= 1\)",
+       "transient = (cfg.grad_accum <= 2)", MEMORY_TESTS, "gradients treated as freed with accumulation 2"),
+    _m("memory-logits-not-fragmenting", "memory", MEM,
+       r'dynamic = parts\["activations"\] \+ parts\["logits"\] \+ inside', 'dynamic = parts["activations"] + inside',
+       MEMORY_TESTS, "fragmentation ignores the logits"),
+    _m("memory-host-buffer-factor-dropped", "memory", MEM, r' \* float\(consts\["host_buffer_factor"\]\)', "",
+       MEMORY_TESTS, "DeepSpeed host buffer factor forgotten"),
+    _m("memory-host-one-gpu-per-node", "memory", MEM, r"np\.minimum\(cfg\.cards, 8\)", "np.minimum(cfg.cards, 1)",
+       MEMORY_TESTS, "host RAM counted for one GPU of the node"),
+    _m("memory-weights-ignore-tp", "memory", MEM, r"resident = \(base \+ trained\) / split / shard",
+       "resident = (base + trained) / shard", MEMORY_TESTS, "tensor/pipeline split of weights dropped"),
+    _m("memory-output-gradient-dropped", "memory", MEM, r"first = output_gradient_bytes\(job, cfg, consts\)",
+       "first = 0 * output_gradient_bytes(job, cfg, consts)", MEMORY_TESTS, "output layer gradient at the peak"),
+    # ---- activations
+    _m("activations-1f1b-one-micro-batch", "activations", ACT,
+       r"_f\(np\.minimum\(cfg\.pp, np\.maximum\(cfg\.grad_accum, 1\)\)\)", "_f(np.minimum(cfg.pp, 1))", MEMORY_TESTS,
+       "first 1F1B stage holds one micro-batch, not min(pp, GA)"),
+    _m("activations-logits-halved", "activations", ACT, r"\[kind\]\) / cfg\.tp\)", "[kind]) / cfg.tp / 2)",
+       MEMORY_TESTS, "logits buffer halved"),
+    _m("activations-recompute-layer-dropped", "activations", ACT,
+       r"full = tokens \* \(keep_input \* layers_local \+ per_layer\)", "full = tokens * keep_input * layers_local",
+       MEMORY_TESTS, "the layer being recomputed is not counted under full checkpointing"),
+    _m("activations-no-tp-split", "activations", ACT, r"return per / cfg\.tp\.astype\(np\.float64\)",
+       "return per + 0.0 * cfg.tp.astype(np.float64)", MEMORY_TESTS, "sequence parallel split over tp dropped"),
+    _m("activations-lora-dropout-2-bytes", "activations", ACT, r"saved \+= sum\(3\.0 \* d_in\[m\]",
+       "saved += sum(2.0 * d_in[m]", MEMORY_TESTS, "LoRA dropout mask forgotten"),
+    _m("activations-eager-scores-per-token", "activations", ACT,
+       r'\* a\.heads \* job\.seq_len', "* a.heads", MEMORY_TESTS, "eager attention scores not s x s"),
+    _m("activations-selective-no-recompute-layer", "activations", ACT,
+       r"sel = tokens \* \(frac \* per_layer \* layers_local \+ \(1\.0 - frac\) \* per_layer\)",
+       "sel = tokens * (frac * per_layer * layers_local)", MEMORY_TESTS, "selective checkpointing's working layer"),
+    # ---- timing (patterns follow the current timing.py; a rewrite shows up as skips)
+    _m("timing-bubble-removed", "timing", TIM, r"bubble = \(cfg\.pp - 1\) / m", "bubble = 0.0 * m", TIMING_TESTS,
+       "1F1B pipeline bubble removed"),
+    _m("timing-allgather-doubled", "timing", TIM, r"gather = np\.where\(cfg\.zero_stage >= 3, _ring\(cfg\.dp, 2\.0\)",
+       "gather = np.where(cfg.zero_stage >= 3, _ring(cfg.dp, 4.0)", TIMING_TESTS, "ZeRO-3 all-gather volume doubled"),
+    _m("timing-ddp-allreduce-halved", "timing", TIM, r"0\.0, _ring\(cfg\.dp, 2\.0\) \* grads",
+       "0.0, _ring(cfg.dp, 1.0) * grads", TIMING_TESTS, "DDP all-reduce factor 2(d-1)/d halved"),
+    _m("timing-final-save-dropped", "timing", TIM, r"saves = np\.floor\(train_s / 3600\.0 / every_h\) \+ 1\.0",
+       "saves = np.floor(train_s / 3600.0 / every_h)", TIMING_TESTS, "final checkpoint save not counted"),
+    _m("timing-startup-dropped", "timing", TIM, r' \+ float\(consts\["startup_seconds"\]\)', "", TIMING_TESTS,
+       "start-up time forgotten"),
+    _m("timing-recompute-flops-dropped", "timing", TIM, r"\[2\.0 \* matmul_params\(job\) \+ fwd_attn, fwd_attn\]",
+       "[fwd_attn, fwd_attn]", TIMING_TESTS, "full recomputation's extra forward not counted"),
+    _m("timing-dequant-passes", "timing", TIM, r"passes = np\.where\(cfg\.checkpointing == _CK_FULL, 3\.0, 2\.0\)",
+       "passes = np.where(cfg.checkpointing == _CK_FULL, 2.0, 2.0)", TIMING_TESTS, "recomputation's dequantisation"),
+    _m("timing-cpu-adam-not-shared", "timing", TIM, r'consts\["cpu_adam_seconds_per_param"\]\) \* sharing',
+       'consts["cpu_adam_seconds_per_param"])', TIMING_TESTS, "GPUs of a node share one CPU for offloaded Adam"),
+    # ---- cost
+    _m("cost-hours-rounded-down", "cost", COST, r"np\.ceil\(np\.maximum\(hours, 0\.0\) \* 3600\.0 / increment_s",
+       "np.floor(np.maximum(hours, 0.0) * 3600.0 / increment_s", COST_TESTS, "billing rounds started units down"),
+    _m("cost-month-skipped", "cost", COST, r"_LONG = \(Term\.month, Term\.week, Term\.day\)",
+       "_LONG = (Term.week, Term.day)", COST_TESTS, "monthly term never considered"),
+    _m("cost-increment-priced-per-hour", "cost", COST,
+       r"hourly = n_inc \* offer\.prices\[Term\.hour\]\.amount \* inc / 3600\.0",
+       "hourly = n_inc * offer.prices[Term.hour].amount", COST_TESTS, "per-second increments priced per hour"),
+    # ---- solver
+    _m("solver-cents-rounded-down", "solver", SOLVER,
+       r"np\.ceil\(np\.round\(np\.asarray\(amount, dtype=np\.float64\) \* 100\.0, 6\)\)",
+       "np.floor(np.round(np.asarray(amount, dtype=np.float64) * 100.0, 6))", SOLVER_TESTS, "money rounded down"),
+    _m("solver-seconds-rounded-down", "solver", SOLVER,
+       r"np\.ceil\(np\.round\(np\.asarray\(hours, dtype=np\.float64\) \* 3600\.0, 6\)\)",
+       "np.floor(np.round(np.asarray(hours, dtype=np.float64) * 3600.0, 6))", SOLVER_TESTS, "time rounded down"),
+    _m("solver-deadline-dropped", "solver", SOLVER, r'\s*\("deadline_s", "time_s"\),', "", SOLVER_TESTS,
+       "deadline constraint dropped (once hung the Pareto sweep)"),
+    _m("solver-levels-swapped", "solver", SOLVER,
+       r'levels = \["cost_cents", "time_s"\] if objective is Objective\.cost else \["time_s", "cost_cents"\]',
+       'levels = ["time_s", "cost_cents"] if objective is Objective.cost else ["cost_cents", "time_s"]',
+       SOLVER_TESTS, "lexicographic levels swapped"),
+    _m("solver-budget-rounded-up", "solver", SOLVER, r"budget_cents=int\(math\.floor\(", "budget_cents=int(math.ceil(",
+       SOLVER_TESTS, "budget rounded up to the next cent"),
+    _m("solver-level-not-fixed", "solver", SOLVER, r"model\.add\(var == value\)", "model.add(var >= 0)",
+       SOLVER_TESTS, "a solved level is not fixed before the tie-break"),
+    # ---- pareto
+    _m("pareto-epsilon-not-stepped", "pareto", PARETO, r"eps_s = time_s - 1", "eps_s = time_s",
+       ["tests/test_pareto.py"], "epsilon bound not moved past the last point (a sweep that never ends)"),
+    _m("pareto-dominated-kept", "pareto", PARETO, r"out\[idx\[~\(le & lt\)\.any\(axis=1\)\]\] = True",
+       "out[idx] = True", ["tests/test_pareto.py"], "dominated candidates kept"),
+    _m("pareto-ties-dropped", "pareto", PARETO, r"le = \(c\[None, :\] <= c\[:, None\]\)",
+       "le = (c[None, :] < c[:, None])", ["tests/test_pareto.py"], "dominance test with strict cost"),
+    # ---- space
+    _m("space-kv-heads-unchecked", "space", SPACE, r"if arch\.heads % tp or arch\.kv_heads % tp or",
+       "if arch.heads % tp or", ["tests/test_batch_grid.py", "tests/test_solver_oracle.py"],
+       "tp must divide the KV heads"),
+    _m("space-fit-filter-dropped", "space", SPACE,
+       r'fits = \(mem\["total"\] <= usable\) & np\.isfinite\(t\["hours"\]\)', 'fits = np.isfinite(t["hours"])',
+       ["tests/test_scenarios.py", "tests/test_solver_oracle.py"], "plans that do not fit are kept"),
+    _m("space-host-limit-ignored", "space", SPACE, r'fits &= mem\["cpu_offload"\] <= host_gib \* 2\*\*30',
+       "pass", ["tests/test_scenarios.py"], "allow.max_host_memory_gib ignored"),
+    # ---- launch (patterns searched in launch.py or the launch/ package)
+    _m("launch-hf-ga-times-dp", "launch", LAUNCH_FILES,
+       r'("per_device_train_batch_size": plan\.micro_batch,\s*"gradient_accumulation_steps": plan\.grad_accum)',
+       r"\1 * plan.dp", LAUNCH_TESTS, "HF gradient_accumulation_steps = grad_accum x dp"),
+    _m("launch-ds-train-batch-without-dp", "launch", LAUNCH_FILES,
+       r'"train_batch_size": plan\.micro_batch \* plan\.grad_accum \* plan\.dp',
+       '"train_batch_size": plan.micro_batch * plan.grad_accum', LAUNCH_TESTS, "DeepSpeed train_batch_size"),
+    _m("launch-nemo-global-batch-without-dp", "launch", LAUNCH_FILES,
+       r'"global_batch_size": plan\.micro_batch \* plan\.grad_accum \* plan\.dp',
+       '"global_batch_size": plan.micro_batch * plan.grad_accum', LAUNCH_TESTS, "NeMo global_batch_size"),
+    _m("launch-torchtune-ga-times-dp", "launch", LAUNCH_FILES,
+       r'("batch_size": plan\.micro_batch,\s*"gradient_accumulation_steps": plan\.grad_accum)', r"\1 * plan.dp",
+       LAUNCH_TESTS, "torchtune gradient_accumulation_steps = grad_accum x dp"),
+    # ---- validator
+    _m("validator-nan-hours-fit", "validator", VALID,
+       r'(fits = r\.memory\["total"\] <= r\.capacity_bytes \* \(1\.0 - sc\.headroom\)) and math\.isfinite\(r\.time'
+       r'\["hours"\]\)', r"\1", ["tests/test_validator.py"],
+       "a plan with infinite (NaN) hours accepted as fitting"),
+    _m("validator-budget-rounded-down", "validator", VALID, r"elif ceil_cents\(plan_total \* exact\(rate\.rate\)\)",
+       "elif int(plan_total * exact(rate.rate) * 100)", ["tests/test_survivors.py", "tests/test_validator.py"],
+       "the validator's budget check rounds money down"),
+]
+
+
+@dataclass
+class Result:
+    mutation: Mutation
+    outcome: str  # killed | survived | skipped | timeout
+    seconds: float
+    detail: str
+
+
+def _tracked(repo: Path) -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=repo, capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    return [p for p in out.stdout.splitlines() if (repo / p).is_file()]
+
+
+def _copy_tree(repo: Path, dest: Path) -> None:
+    for rel in _tracked(repo):
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / rel, target)
+
+
+def _find(m: Mutation, tree: Path) -> tuple[Path, str, str] | str:
+    """(file, original text, mutant text) of the first file the pattern changes, or why it was skipped."""
+    for pattern in m.files:
+        for name in sorted(glob.glob(str(tree / pattern))):
+            path = Path(name)
+            text = path.read_text(encoding="utf-8")
+            mutant, n = re.subn(m.pattern, m.repl, text, count=1)
+            if n and mutant != text:
+                return path, text, mutant
+    return f"pattern not found in {', '.join(m.files)}: {m.pattern}"
+
+
+def _apply(m: Mutation, tree: Path) -> tuple[Path, str] | str:
+    """(file, original text) after writing the mutant, or the reason it was skipped."""
+    found = _find(m, tree)
+    if isinstance(found, str):
+        return found
+    path, text, mutant = found
+    path.write_text(mutant, encoding="utf-8")
+    return path, text
+
+
+def _run_one(m: Mutation, tree: Path, per_test_s: int, total_s: int) -> Result:
+    started = time.monotonic()
+    applied = _apply(m, tree)
+    if isinstance(applied, str):
+        return Result(m, "skipped", 0.0, applied)
+    path, original = applied
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", f"--timeout={per_test_s}",
+           *m.tests]  # fmt: skip
+    try:
+        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=total_s)
+        lines = proc.stdout.strip().splitlines()
+        failed = [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))]
+        outcome = "survived" if proc.returncode == 0 else "killed"
+        detail = failed[0] if failed else (lines[-1] if lines else f"exit status {proc.returncode}")
+    except subprocess.TimeoutExpired:
+        outcome, detail = "timeout", f"tests ran past {total_s} s (counted as killed)"
+    finally:
+        path.write_text(original, encoding="utf-8")
+    return Result(m, outcome, time.monotonic() - started, str(detail))
+
+
+def _worker(mutations: list[Mutation], per_test_s: int, total_s: int, report) -> list[Result]:
+    with tempfile.TemporaryDirectory(prefix="ftopt-mutation-") as tmp:
+        tree = Path(tmp)
+        _copy_tree(REPO, tree)
+        out = []
+        for m in mutations:
+            r = _run_one(m, tree, per_test_s, total_s)
+            report(r)
+            out.append(r)
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=2, help="mutations run at once, each in its own copy (default 2)")
+    ap.add_argument("--only", help="comma-separated mutation ids")
+    ap.add_argument("--module", help="run only this module's mutations (memory, activations, timing, ...)")
+    ap.add_argument("--per-test-timeout", type=int, default=120, help="pytest-timeout per test, seconds")
+    ap.add_argument("--timeout", type=int, default=600, help="limit for one mutation's test run, seconds")
+    ap.add_argument("--list", action="store_true", help="list the mutations (and whether each pattern is found)")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the unmutated run of the selected tests")
+    args = ap.parse_args(argv)
+    chosen = MUTATIONS
+    if args.only:
+        wanted = set(args.only.split(","))
+        unknown = wanted - {m.id for m in MUTATIONS}
+        if unknown:
+            print(f"unknown mutation ids: {', '.join(sorted(unknown))}", file=sys.stderr)
+            return 2
+        chosen = [m for m in chosen if m.id in wanted]
+    if args.module:
+        chosen = [m for m in chosen if m.module == args.module]
+    if args.list:
+        for m in chosen:
+            state = "MISSING" if isinstance(_find(m, REPO), str) else "found"
+            print(f"{m.id:42s} {m.module:12s} {state:8s} {m.why}")
+        return 0
+    if not args.no_baseline:
+        # the selected tests must pass on the unmutated tree, or every mutation would look killed
+        tests = sorted({t for m in chosen for t in m.tests})
+        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+               f"--timeout={args.per_test_timeout}", *tests]  # fmt: skip
+        t0 = time.monotonic()
+        base = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+        if base.returncode != 0:
+            print(f"baseline: the unmutated tests fail, fix them first:\n{base.stdout[-3000:]}", file=sys.stderr)
+            return 2
+        print(f"baseline: {len(tests)} test files pass unmutated ({time.monotonic() - t0:.0f} s)", flush=True)
+    print(f"{len(chosen)} mutations, {args.jobs} at a time", flush=True)
+
+    def report(r: Result) -> None:
+        print(f"{r.outcome:9s} {r.seconds:6.1f}s  {r.mutation.id:42s} {r.detail[:110]}", flush=True)
+
+    shards = [chosen[i :: args.jobs] for i in range(max(args.jobs, 1))]
+    started = time.monotonic()
+    with cf.ThreadPoolExecutor(max_workers=len(shards)) as pool:
+        futures = [pool.submit(_worker, s, args.per_test_timeout, args.timeout, report) for s in shards if s]
+        results = [r for f in futures for r in f.result()]
+    by_module: dict[str, list[Result]] = defaultdict(list)
+    for r in results:
+        by_module[r.mutation.module].append(r)
+    print(f"\nper module (killed includes timeouts; skipped = pattern not found), {time.monotonic() - started:.0f} s:")
+    total_run = total_surv = 0
+    for module in sorted(by_module):
+        rs = by_module[module]
+        ran = [r for r in rs if r.outcome != "skipped"]
+        surv = [r for r in ran if r.outcome == "survived"]
+        total_run, total_surv = total_run + len(ran), total_surv + len(surv)
+        rate = f"{len(surv) / len(ran):.0%}" if ran else "-"
+        skipped = len(rs) - len(ran)
+        print(f"  {module:12s} ran {len(ran):3d}  survived {len(surv):3d}  ({rate})  skipped {skipped}")
+    print(f"  {'all':12s} ran {total_run:3d}  survived {total_surv:3d}  "
+          f"({total_surv / total_run:.0%})" if total_run else "  nothing ran")  # fmt: skip
+    for r in results:
+        if r.outcome in ("survived", "skipped"):
+            print(f"{r.outcome.upper()}: {r.mutation.id} ({r.mutation.why}): {r.detail}")
+    return 1 if total_surv else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
