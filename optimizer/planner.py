@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from optimizer import checklist, hosts, requirements
 from optimizer.catalog import Catalog, load_catalog, load_scenario, resolve_model, scenario_offer_files
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
 from optimizer.errors import InputError, SolverLimitError
@@ -19,6 +20,7 @@ from optimizer.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.launch import launch_settings
 from optimizer.models import cost
 from optimizer.models.uncertainty import band
+from optimizer.offer_facts import offer_report, spot_report
 from optimizer.schema import Budget, Objective, PlanPins, Scenario, Status
 from optimizer.schema_plan import CostReport, Estimate, MemoryReport, Plan, TimeReport
 from optimizer.solver import Limits, Outcome, SolverSettings, limits_from, solve
@@ -106,6 +108,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         checkpointing=CHECKPOINTING[int(c.cfg.checkpointing[i])],
         term=b.term,
         billed_units=b.units,
+        capacity=hosts.CAPACITY[int(c.capacity[i])],
     )
     capacity = int(c.hw.capacity_bytes[i])
     memory = MemoryReport(
@@ -124,6 +127,8 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         mfu=round(float(t["mfu"][i]), 6),
         hours=round(float(t["hours"][i]), 6),
         steps=space.job.steps,
+        interruption_hours=round(float(t["interruption_hours"][i]), 6),
+        checkpoint_interval_hours=round(float(t["checkpoint_interval_hours"][i]), 6),
     )
     offer_total = round(b.per_card * int(c.cards[i]), 2)
     money = CostReport(total=offer_total, currency=offer.currency)
@@ -131,10 +136,13 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         money = CostReport(
             total=offer_total, currency=offer.currency, budget_currency_total=round(float(space.cost_total[i]), 2)
         )
-    est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money)
+    est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money,
+                   offer=offer_report(space, i), spot=spot_report(space, i),
+                   requirements=requirements.for_row(space, i), checklist=checklist.for_row(space, i))  # fmt: skip
     if space.accuracy:  # validated on load (schema_catalog.Accuracy): both models or none
         oi = int(c.offer_idx[i])
-        est = est.model_copy(update={"uncertainty": band(est, offer, space.fx[oi], space.scenario, space.accuracy)})
+        billed = hosts.spot_offer(offer) if plan.capacity == "spot" else offer
+        est = est.model_copy(update={"uncertainty": band(est, billed, space.fx[oi], space.scenario, space.accuracy)})
     return est
 
 
@@ -252,7 +260,11 @@ def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Over
     currency = report_currency(sc, offers)
     fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
     space = Space(job, sc, offers, gpus, currency, fx, ev, np.zeros(len(ev)), [], len(ev), int(ev.fits.sum()),
-                  accuracy=catalog.calibration.get("accuracy", {}))
+                  accuracy=catalog.calibration.get("accuracy", {}), hosts_cal=catalog.calibration.get("hosts", {}))
+    if sc.plan.capacity == "spot" and space.hosts_cal:  # estimate a pinned spot plan on its spot rows
+        space.cand = ev = hosts.add_spot_rows(ev, offers, space.hosts_cal, "spot")
+        if len(ev) == 0:
+            raise InputError(source, "plan.capacity", "spot needs an offer with spot.price and spot.interruptions")
     slowest = float(np.max(ev.time["hours"]))
     if not slowest <= MAX_JOB_HOURS:  # also NaN and infinity
         raise InputError(source, "data", f"this configuration takes {slowest:,.0f} hours, more than the "

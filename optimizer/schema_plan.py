@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import SerializerFunctionWrapHandler, model_serializer
 
@@ -31,6 +31,7 @@ class Plan(Strict):
     checkpointing: Checkpointing
     term: str
     billed_units: dict[str, int]
+    capacity: Literal["on_demand", "spot"] = "on_demand"
 
 
 class MemoryReport(Strict):
@@ -56,6 +57,8 @@ class TimeReport(Strict):
     mfu: float
     hours: float
     steps: int
+    interruption_hours: float = 0.0
+    checkpoint_interval_hours: float | None = None
 
 
 class CostReport(Strict):
@@ -105,6 +108,43 @@ class Uncertainty(Strict):
     cost: CostBand
 
 
+class OfferReport(Strict):
+    """The rented machine as the catalog states it (null where the provider does not say)."""
+
+    id: str
+    provider: str
+    host_ram_bytes: int | None  # per node, for the plan's cards in the node
+    vcpus: int | None  # per node
+    local_disk_bytes: int | None  # per node
+    usable_bytes_per_card: int | None  # the offer's or the GPU's usable figure; null = only the nominal size known
+    p2p: bool | None  # as the offer states it; null = not stated (the GPU's default was planned with)
+    source: str | None  # where the host facts come from
+
+
+class SpotReport(Strict):
+    """A spot plan's price, interruption band and the spread of its time and bill over that band."""
+
+    price_per_card_hour: float
+    currency: str
+    mtbi_hours_low: float
+    mtbi_hours_high: float
+    checkpoint_interval_hours: float
+    hours_low: float  # at the band's optimistic end (mtbi_hours_high)
+    hours_high: float  # at the pessimistic end (mtbi_hours_low); the deadline is checked here
+    cost_low: float
+    cost_high: float
+
+
+class CheckItem(Strict):
+    """One after-renting check: what to run, what to expect, and when to stop and re-plan."""
+
+    check: str
+    command: str
+    expected: float
+    unit: str
+    stop_if: str
+
+
 class Estimate(Strict):
     """A plan with its memory, time and cost (the JSON contract of DESIGN.md section 6), and its uncertainty."""
 
@@ -114,11 +154,16 @@ class Estimate(Strict):
     time: TimeReport | None
     cost: CostReport | None
     uncertainty: Uncertainty | None = None
+    offer: OfferReport | None = None
+    spot: SpotReport | None = None
+    requirements: list[str] = []
+    checklist: list[CheckItem] = []
 
     @model_serializer(mode="wrap")
     def _contract_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """The five contract keys always; ``uncertainty`` only when there is a plan to qualify."""
         doc = handler(self)
-        if doc.get("uncertainty") is None:
-            doc.pop("uncertainty", None)
+        for key in ("uncertainty", "spot"):
+            if doc.get(key) is None:
+                doc.pop(key, None)
         return doc
