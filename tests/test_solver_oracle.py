@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import yaml
 
-from optimizer import space
+from optimizer import hosts, space
 from optimizer.catalog import Catalog, load_catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, column
 from optimizer.errors import InputError
@@ -219,20 +219,36 @@ def _stacked(rows: list[Any]) -> Any:
     return type(rows[0])(**columns)
 
 
-def _evaluate(job: Any, cfgs: list[Configs], hws: list[Any], cal: dict[str, Any], scalar: bool) -> tuple[list, list]:
-    """Per-GPU memory total and hours of each row: one-row calls (scalar) or one call over the stacked rows."""
+def _hours(job: Any, cfg: Configs, hw: Any, cal: dict[str, Any], offers: list[Offer], nodes: list[int]) -> np.ndarray:
+    """Wall-clock hours: the step-time model plus the offers' overheads (checkpoint saves, start-up by nodes)."""
+    t = timing.job_time(job, cfg, hw, cal["timing"])
+    idx = np.arange(len(offers))
+    return hosts.with_overheads(job, cfg, t, offers, idx, np.array(nodes), cal)["hours"]
+
+
+def _evaluate(job: Any, cfgs: list[Configs], hws: list[Any], cal: dict[str, Any], scalar: bool,
+              rows: list[tuple[Offer, int, int]]) -> tuple[list, list, list]:  # fmt: skip
+    """Per-GPU memory total, host RAM offload and hours of each row: one-row calls (scalar) or one stacked call."""
     if not cfgs:
-        return [], []
+        return [], [], []
     with np.errstate(divide="ignore", invalid="ignore"):
         if scalar:
-            mem = [int(memory.breakdown(job, c, cal["memory"])["total"][0]) for c in cfgs]
-            hours = [
-                float(timing.job_time(job, c, h, cal["timing"])["hours"][0]) for c, h in zip(cfgs, hws, strict=True)
-            ]
-            return mem, hours
+            parts = [memory.breakdown(job, c, cal["memory"]) for c in cfgs]
+            hours = [float(_hours(job, c, h, cal, [r[0]], [r[2]])[0]) for c, h, r in zip(cfgs, hws, rows, strict=True)]
+            return [int(p["total"][0]) for p in parts], [int(p["cpu_offload"][0]) for p in parts], hours
         cfg, hw = _stacked(cfgs), _stacked(hws)
-        return memory.breakdown(job, cfg, cal["memory"])["total"].tolist(), timing.job_time(
-            job, cfg, hw, cal["timing"])["hours"].tolist()  # fmt: skip
+        parts = memory.breakdown(job, cfg, cal["memory"])
+        hours = _hours(job, cfg, hw, cal, [r[0] for r in rows], [r[2] for r in rows]).tolist()
+        return parts["total"].tolist(), parts["cpu_offload"].tolist(), hours
+
+
+def _host_ram_ok(offer: Offer, cards: int, offload: int, cal: dict[str, Any]) -> bool:
+    """The offer's stated host RAM per node holds the offloaded states and the node's training processes."""
+    if offer.host is None or (offer.host.ram_gib is None and offer.host.ram_gib_per_card is None):
+        return True
+    ranks = min(cards, offer.cards_per_node)
+    ram_gib = offer.host.ram_gib if offer.host.ram_gib is not None else offer.host.ram_gib_per_card * ranks
+    return offload + cal["hosts"]["host_ram_per_rank_gib"] * 2**30 * ranks <= ram_gib * 2**30
 
 
 def oracle_points(sc: Scenario, catalog: Catalog, arch: ModelArch, currency: str, scalar: bool = False) -> list[Point]:
@@ -260,11 +276,11 @@ def oracle_points(sc: Scenario, catalog: Catalog, arch: ModelArch, currency: str
             rows.append((offer, cards, nodes))
             cfgs.append(_one_row(sc, tp, dp, zero, off, mb, ck, prec))
             hws.append(hw_cache[(cards, nodes)])
-    mem, hours = _evaluate(job, cfgs, hws, cal, scalar)
+    mem, offload, hours = _evaluate(job, cfgs, hws, cal, scalar, rows)
     points: list[Point] = []
-    for (offer, cards, nodes), total, h in zip(rows, mem, hours, strict=True):
-        usable = catalog.gpus[offer.gpu].memory_gib * 2**30 * (1.0 - sc.headroom)
-        if total > usable or not math.isfinite(h):
+    for (offer, cards, nodes), total, host, h in zip(rows, mem, offload, hours, strict=True):
+        usable = hosts.capacity_bytes(catalog.gpus[offer.gpu], offer) * (1.0 - sc.headroom)
+        if total > usable or not math.isfinite(h) or not _host_ram_ok(offer, cards, host, cal):
             continue
         money = cost.bill(h, offer).per_card * cards * catalog.rate(offer.currency, currency).rate
         points.append(Point(offer, cards, nodes, int(cents(money)), int(seconds(h))))
@@ -414,6 +430,7 @@ def test_vectorised_models_equal_a_loop_of_one_row_calls(seed: int):
         mem = memory.breakdown(job, ev.cfg.take(one), cal["memory"])
         with np.errstate(divide="ignore", invalid="ignore"):
             t = timing.job_time(job, ev.cfg.take(one), ev.hw.take(one), cal["timing"])
+            t = hosts.with_overheads(job, ev.cfg.take(one), t, offers, ev.offer_idx[one], ev.nodes[one], cal)
         assert {k: int(v[0]) for k, v in mem.items()} == {k: int(v[i]) for k, v in ev.mem.items()}
         for key, value in t.items():
             assert value[0] == pytest.approx(ev.time[key][i], rel=1e-12, nan_ok=True), key
