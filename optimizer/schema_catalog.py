@@ -22,6 +22,7 @@ class Gpu(Strict):
     id: str
     name: str
     aliases: list[str] = []
+    skypilot_names: list[str] = Field([], description="SkyPilot AcceleratorName values that denote this GPU")
     vendor: Literal["nvidia", "amd"]
     arch: Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3"]
     compute_capability: str | None = None
