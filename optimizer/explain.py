@@ -203,7 +203,8 @@ def _allowed_gpus(space: Space, limits: Limits, settings: SolverSettings) -> lis
 
 
 def _hours_needed(space: Space, i: int) -> float:
-    return float(np.ceil(seconds(space.cand.time["hours"][i : i + 1])[0] / 36.0)) / 100.0
+    t = space.cand.time  # the deadline is checked against deadline_hours (spot: the pessimistic end of its band)
+    return float(np.ceil(seconds(t.get("deadline_hours", t["hours"])[i : i + 1])[0] / 36.0)) / 100.0
 
 
 def _money_needed(space: Space, i: int) -> float:

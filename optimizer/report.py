@@ -12,6 +12,7 @@ from rich.table import Table
 
 from optimizer.atomic import write_atomic
 from optimizer.planner import SolveResult
+from optimizer.report_offer import offer_lines
 from optimizer.schema_plan import Estimate
 
 __all__ = ["write_atomic"]  # re-exported for the CLI
@@ -126,6 +127,7 @@ def estimate_lines(est: Estimate) -> list[Any]:
         + (f" (= {c.budget_currency_total:,.2f} in budget currency)" if c.budget_currency_total is not None else "")
         + f"; billed {units} per card x {p.cards} card{'s' if p.cards > 1 else ''} ({p.term})",
         *uncertainty_lines(est),
+        *(escape(line) for line in offer_lines(est)),
     ]
 
 

@@ -25,7 +25,7 @@ def host_ram_line(offer: Offer, need: float, offload: float, ranks: int, have: f
         return None
     parts = f"{_gib(offload)} of offloaded optimizer states + " if offload > 0 else ""
     return (f"host RAM: confirm with {offer.provider} that each node of {offer.id} has at least {_gib(need)} of RAM "
-            f"({parts}{ranks} training processes); the offer does not state it")  # fmt: skip
+            f"({parts}{ranks} training process{'es' if ranks != 1 else ''}); the offer does not state it")  # fmt: skip
 
 
 def usable_memory_line(gpu: Gpu, offer: Offer, capacity_bytes: int) -> str | None:
