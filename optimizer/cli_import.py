@@ -6,7 +6,8 @@ import datetime
 
 import click
 
-from optimizer.import_skypilot import import_file
+from optimizer.atomic import write_atomic
+from optimizer.import_skypilot import import_text
 
 IMPORT_EXAMPLES = """\b
 Examples:
@@ -29,7 +30,8 @@ def import_group() -> None:
 def skypilot(csv_files: tuple[str, ...], cloud: str | None, cheapest_region: bool, as_of: datetime.datetime | None,
              output: str) -> None:  # fmt: skip
     """Per-card offers from SkyPilot vms.csv files of one cloud (price / accelerator count, host RAM, spot...)."""
-    result = import_file(list(csv_files), output, cloud, cheapest_region, as_of.date() if as_of else None)
+    text, result = import_text(list(csv_files), output, cloud, cheapest_region, as_of.date() if as_of else None)
+    write_atomic(output, text)
     skipped = sum(result.skipped.values())
     click.echo(f"ok: {result.offers} offers written to {output}; {skipped} rows skipped")
     for reason, count in result.skipped.items():

@@ -8,8 +8,8 @@ per-GPU memory the cloud API reports. Per cloud quirks live in ``catalogs/skypil
 For every GPU row: per-card price = Price / AcceleratorCount (spot likewise, kept only when below on demand), host
 RAM and vCPUs per node, the v9 local disk, the usable memory per card when the API figure is below the nominal size,
 the region in the id. Rows of one instance and region (AWS lists one per zone) become one offer, its spot price the
-median of the zone samples; ``cheapest_region`` keeps one region per instance type. The result is validated with the
-catalog loader before it is written (atomically).
+median of the zone samples; ``cheapest_region`` keeps one region per instance type. The text is validated with the
+catalog loader; the command (cli_import.py) writes it atomically.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from typing import Any
 import yaml
 
 from optimizer import catalog as catalog_mod
-from optimizer.atomic import write_atomic
 from optimizer.errors import InputError
 from optimizer.schema_catalog import Gpu
 from optimizer.yamlio import read_yaml
@@ -208,12 +207,12 @@ def build_offers(rows: list[dict[str, str]], cloud: str, gpus: dict[str, Gpu], r
     return sorted(offers, key=lambda o: o["id"]), dict(sorted(skipped.items()))
 
 
-def import_file(csv_paths: list[str | Path], out_path: str | Path, cloud: str | None = None,
+def import_text(csv_paths: list[str | Path], out_path: str | Path, cloud: str | None = None,
                 cheapest_region: bool = False, as_of: date | None = None,
-                root: Path = catalog_mod.CATALOG_DIR) -> ImportResult:  # fmt: skip
-    """Read SkyPilot vms.csv files of one cloud, build offers, validate them, write ``out_path`` atomically.
+                root: Path = catalog_mod.CATALOG_DIR) -> tuple[str, ImportResult]:  # fmt: skip
+    """Read SkyPilot vms.csv files of one cloud, build offers and return the offers file's text, validated.
 
-    Validation is the catalog loader's, on the exact text to be written; nothing is written when it fails.
+    Validation is the catalog loader's, on the exact text (errors name ``out_path``); the caller writes it.
     """
     paths = [Path(p) for p in csv_paths]
     if not paths:
@@ -244,5 +243,4 @@ def import_file(csv_paths: list[str | Path], out_path: str | Path, cloud: str | 
             catalog_mod._load_offers([check], catalog_mod._gpu_name_index(gpus), gpus)
         except InputError as exc:
             raise InputError(str(out_path), exc.field, exc.problem) from None
-    write_atomic(out_path, text)
-    return ImportResult(len(offers), skipped)
+    return text, ImportResult(len(offers), skipped)

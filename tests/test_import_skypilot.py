@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from optimizer.catalog import CATALOG_DIR, load_catalog
-from optimizer.import_skypilot import import_file
+from optimizer.import_skypilot import import_text
 from optimizer.planner import prepare, solve_scenario
 from optimizer.validator import check_plan
 
@@ -34,6 +34,12 @@ ROWS = [
     f"dl1.24xlarge,Gaudi HL-205,8.0,96.0,768.0,{gpu_info('Gaudi', 8, 32768)},13.10904,4.0,us-east-1,use1-az1",
     f"p4d.24xlarge,A100,8.0,96.0,1152.0,{gpu_info('A100', 8, 40960)},,9.0,ap-northeast-2,apne2-az1",
 ]
+
+
+def import_file(csv_paths: list, out: Path, cloud: str, **kw):
+    text, result = import_text(csv_paths, out, cloud, **kw)
+    out.write_text(text, encoding="utf-8")
+    return result
 
 
 @pytest.fixture

@@ -24,18 +24,19 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
     "errors": 0, "schema": 0, "schema_catalog": 0, "schema_plan": 0, "atomic": 0,
     "yamlio": 1, "configs": 1, "launch": 1,
     "catalog": 2, "engines": 3, "activations": 2,
-    "memory": 3, "timing": 3, "cost": 3,
-    "space": 4, "uncertainty": 4,
+    "memory": 3, "timing": 3, "cost": 3, "overheads": 3, "interruptions": 3, "import_skypilot": 3,
+    "space": 4, "uncertainty": 4, "hosts": 4,
     "solver": 5, "validator": 5,
-    "explain": 6,
+    "explain": 6, "requirements": 6, "checklist": 6, "offer_facts": 6,
     "planner": 7,
     "pareto": 8, "batch": 8,
-    "report": 9, "report_front": 9, "report_batch": 9, "report_catalog": 9,
+    "report": 9, "report_front": 9, "report_batch": 9, "report_catalog": 9, "report_offer": 9, "cli_import": 9,
     "cli": 10,
 }  # fmt: skip
 SAME_LAYER = {
     ("schema_catalog", "schema"), ("schema_plan", "schema"),
     ("timing", "memory"), ("batch", "pareto"), ("report_front", "report"),
+    ("overheads", "memory"), ("space", "hosts"), ("report", "report_offer"),
 }  # fmt: skip
 TERMINAL = {"click", "rich"}  # user-interface libraries: report modules and cli only
 
