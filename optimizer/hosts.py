@@ -100,14 +100,14 @@ def with_overheads(job: Job, cfg: Configs, t: dict[str, np.ndarray], offers: lis
     """timing.job_time's dict with ``hours`` recomputed from the steps plus the offer's overheads (on demand).
 
     Adds ``train_seconds``, ``save_seconds`` (one save), ``startup_seconds``, ``checkpoint_bytes``,
-    ``checkpoint_interval_hours``, ``interruption_hours`` (0) and ``deadline_hours`` (= hours). Without a
+    ``checkpoint_interval_hours``, ``interruption_hours`` (0) and ``deadline_margin_hours`` (0). Without a
     calibration ``hosts`` section the timing model's hours are kept.
     """
     hosts, timing = cal.get("hosts"), cal["timing"]
     out = dict(t)
     n = len(cfg)
     if not hosts:
-        out.update(interruption_hours=np.zeros(n), deadline_hours=t["hours"], spot_hours_low=t["hours"],
+        out.update(interruption_hours=np.zeros(n), deadline_margin_hours=np.zeros(n), spot_hours_low=t["hours"],
                    spot_hours_high=t["hours"],
                    checkpoint_interval_hours=np.full(n, float(job.checkpoint_every_hours or
                                                                 timing["checkpoint_every_hours"])))  # fmt: skip
@@ -121,7 +121,7 @@ def with_overheads(job: Job, cfg: Configs, t: dict[str, np.ndarray], offers: lis
     hours = (train + overheads.saves_count(train, every_h) * save + start) / 3600.0
     out.update(hours=hours, train_seconds=train, save_seconds=save, startup_seconds=start, checkpoint_bytes=ckpt,
                checkpoint_interval_hours=np.full(n, every_h), interruption_hours=np.zeros(n),
-               deadline_hours=hours, spot_hours_low=hours, spot_hours_high=hours)  # fmt: skip
+               deadline_margin_hours=np.zeros(n), spot_hours_low=hours, spot_hours_high=hours)  # fmt: skip
     return out
 
 
@@ -130,7 +130,8 @@ def spot_time(t: dict[str, np.ndarray], nodes: np.ndarray, mtbi_low_h: np.ndarra
     """The same rows on spot capacity: expected hours with restarts and lost work (interruptions.py), (n,) each.
 
     The expected rate of interruptions is the mean of the band's rates, 1/M = (1/M_low + 1/M_high) / 2, and
-    ``deadline_hours`` is the pessimistic end (M_low), so a plan meets the deadline even with frequent
+    ``deadline_margin_hours`` is the pessimistic end (M_low) less the expected hours: the deadline is checked at
+    hours + margin, so a plan meets it even with frequent
     interruptions. The restart reads the last checkpoint back at the disk's write rate (R = start-up + ckpt /
     nodes / disk). Needs ``with_overheads``' keys.
     """
@@ -145,7 +146,8 @@ def spot_time(t: dict[str, np.ndarray], nodes: np.ndarray, mtbi_low_h: np.ndarra
     low, high = run(mtbi_low_h), run(mtbi_high_h)
     out = dict(t)
     out.update(hours=mean["total"] / 3600.0, interruption_hours=mean["lost"] / 3600.0,
-               checkpoint_interval_hours=mean["interval"] / 3600.0, deadline_hours=low["total"] / 3600.0,
+               checkpoint_interval_hours=mean["interval"] / 3600.0,
+               deadline_margin_hours=(low["total"] - mean["total"]) / 3600.0,
                spot_hours_low=high["total"] / 3600.0, spot_hours_high=low["total"] / 3600.0)  # fmt: skip
     return out
 

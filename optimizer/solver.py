@@ -154,7 +154,7 @@ class _Columns:
             "cost_cents": cents(space.cost_total),
             "time_s": seconds(c.time["hours"]),
             "capacity": c.capacity.astype(np.int64),
-            "deadline_time_s": seconds(c.time.get("deadline_hours", c.time["hours"])),
+            "deadline_time_s": seconds(c.time["hours"] + c.time.get("deadline_margin_hours", 0.0)),
         }
         order = sorted(range(len(c)), key=lambda i: (gpu_ids[i], offer_ids[i], int(c.cards[i]), int(c.capacity[i])))
         self.rank = np.empty(len(c), dtype=np.int64)

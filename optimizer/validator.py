@@ -241,7 +241,7 @@ def _model_rules(est: Estimate, sc: Scenario, r: Recomputed) -> list[str]:
         out.append(f"time.steps = {t.steps} but recomputed {r.steps}")
     if not math.isfinite(r.time["hours"]):
         return [*out, f"time.hours is not finite ({r.time['hours']}): the layout cannot run"]
-    deadline_h = r.time.get("deadline_hours", r.time["hours"])  # spot: the pessimistic end of the interruption band
+    deadline_h = r.time["hours"] + r.time.get("deadline_margin_hours", 0.0)  # spot: pessimistic end of the band
     if sc.deadline_hours is not None and seconds(deadline_h) > math.floor(round(sc.deadline_hours * 3600, 6)):
         out.append(f"takes {deadline_h:.2f} h, over the deadline of {sc.deadline_hours:g} h")
     return out
