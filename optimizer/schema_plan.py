@@ -161,9 +161,15 @@ class Estimate(Strict):
 
     @model_serializer(mode="wrap")
     def _contract_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The five contract keys always; ``uncertainty`` only when there is a plan to qualify."""
+        """The five contract keys always; the others only when there is a plan.
+
+        ``uncertainty``, ``offer``, ``requirements`` and ``checklist`` qualify a plan; ``spot`` only on spot capacity.
+        """
         doc = handler(self)
         for key in ("uncertainty", "spot"):
             if doc.get(key) is None:
+                doc.pop(key, None)
+        if doc.get("plan") is None:  # no plan: nothing to rent, confirm or check
+            for key in ("offer", "requirements", "checklist"):
                 doc.pop(key, None)
         return doc

@@ -109,7 +109,8 @@ def test_no_deadline_or_budget_gives_no_verdict(write_scenario):
 def test_solve_json_carries_the_band_and_text_shows_it(run_cli, write_scenario):
     path = write_scenario(deadline_hours=500)
     doc = json.loads(run_cli("solve", path, "--json").stdout)
-    assert list(doc) == ["status", "plan", "memory", "time", "cost", "uncertainty"]
+    assert list(doc) == ["status", "plan", "memory", "time", "cost", "uncertainty", "offer", "requirements",
+                         "checklist"]  # the offer keys of issue 13 follow the band
     assert set(doc["uncertainty"]) == {"memory", "time", "cost"}
     text = run_cli("solve", path).stdout
     assert "Uncertainty (10th-90th percentile of measured/predicted on 13 + 13 held-out cases)" in text
