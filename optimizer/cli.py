@@ -16,6 +16,7 @@ from rich.console import Console
 
 from optimizer import report, report_batch, report_catalog, report_front
 from optimizer.catalog import load_catalog
+from optimizer.cli_import import import_group
 from optimizer.cli_measure import calibrate_command, probe_command
 from optimizer.cli_portfolio import portfolio as portfolio_command
 from optimizer.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_NO_PLAN, FtoptError
@@ -285,6 +286,9 @@ def catalog_show(ident: str, catalogs: tuple[str, ...], as_json: bool) -> None:
 def catalog_validate(files: tuple[str, ...]) -> None:
     """Check catalog FILES (default: the built-in catalog) against the schema; exit 2 at the first problem."""
     click.echo(report_catalog.validate_line(validate_catalog_files(list(files))))
+
+
+catalog_group.add_command(import_group)
 
 
 @cli.group("models", epilog=MODELS_EXAMPLES)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from optimizer.schema import ModelArch, Scenario, Term
 from optimizer.schema_catalog import Offer
-from optimizer.schema_plan import ModelReport, OfferReport, PriceBasis
+from optimizer.schema_plan import ModelReport, PriceBasis
 
 
 def model_report(arch: ModelArch) -> ModelReport:
@@ -50,14 +50,13 @@ def scenario_notes(sc: Scenario, arch: ModelArch) -> list[str]:
     return [*arch.import_notes, *data_notes(sc)]
 
 
-def offer_report(offer: Offer, billed_units: dict[str, int]) -> OfferReport:
-    """Where to rent: the plan's offer, its provider, and the source of each price the bill uses.
+def price_basis(offer: Offer, billed_units: dict[str, int]) -> dict[str, PriceBasis]:
+    """The source of each price the bill uses (billed term -> price per card and unit, with source and date).
 
     Per-second and per-minute billing use the hourly price (Offer.hour_increment_s).
     """
     terms = sorted({Term.hour if t in ("second", "minute") else Term(t) for t in billed_units},
                    key=lambda t: list(Term).index(t))  # fmt: skip
-    prices = {t.value: PriceBasis(amount=offer.prices[t].amount, source=offer.prices[t].source,
-                                  as_of=offer.prices[t].as_of.isoformat())
-              for t in terms if t in offer.prices}  # fmt: skip
-    return OfferReport(id=offer.id, provider=offer.provider, currency=offer.currency, prices=prices, notes=offer.notes)
+    return {t.value: PriceBasis(amount=offer.prices[t].amount, source=offer.prices[t].source,
+                                as_of=offer.prices[t].as_of.isoformat())
+            for t in terms if t in offer.prices}  # fmt: skip

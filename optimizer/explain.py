@@ -204,7 +204,9 @@ def _allowed_gpus(space: Space, limits: Limits, settings: SolverSettings) -> lis
 
 
 def _hours_needed(space: Space, i: int) -> float:
-    return float(np.ceil(seconds(space.cand.time["hours"][i : i + 1])[0] / 36.0)) / 100.0
+    t = space.cand.time  # the deadline is checked at hours + margin (spot: the pessimistic end of its band)
+    need = t["hours"][i : i + 1] + t.get("deadline_margin_hours", np.zeros(len(t["hours"])))[i : i + 1]
+    return float(np.ceil(seconds(need)[0] / 36.0)) / 100.0
 
 
 def _money_needed(space: Space, i: int) -> float:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from optimizer import checklist, hosts, requirements
 from optimizer.catalog import (
     Catalog,
     default_offer_files,
@@ -22,7 +23,7 @@ from optimizer.catalog import (
     scenario_offer_files,
 )
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
-from optimizer.context import model_report, offer_report, scenario_notes
+from optimizer.context import model_report, scenario_notes
 from optimizer.errors import InputError, SolverLimitError
 from optimizer.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.launch import launch_settings
@@ -30,6 +31,7 @@ from optimizer.models import cost
 from optimizer.models.attention import attention_on
 from optimizer.models.engines import engine_key
 from optimizer.models.uncertainty import band
+from optimizer.offer_facts import offer_report, spot_report
 from optimizer.overlay import LoadedOverlay, group_accuracy, load_overlay, usage
 from optimizer.schema import Budget, Objective, PlanPins, Scenario, Status
 from optimizer.schema_plan import CalibrationUse, CostReport, Estimate, MemoryReport, Plan, TimeReport
@@ -141,6 +143,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         term=b.term,
         billed_units=b.units,
         attention=attention_on(space.gpus[int(c.offer_idx[i])], space.scenario.training.attention),
+        capacity=hosts.CAPACITY[int(c.capacity[i])],
     )
     capacity = int(c.hw.capacity_bytes[i])
     memory = MemoryReport(
@@ -159,6 +162,8 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         mfu=round(float(t["mfu"][i]), 6),
         hours=round(float(t["hours"][i]), 6),
         steps=space.job.steps,
+        interruption_hours=round(float(t["interruption_hours"][i]), 6),
+        checkpoint_interval_hours=round(float(t["checkpoint_interval_hours"][i]), 6),
     )
     offer_total = round(b.per_card * int(c.cards[i]), 2)
     money = CostReport(total=offer_total, currency=offer.currency)
@@ -167,7 +172,9 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
                            budget_currency_total=round(float(space.cost_total[i]), 2), budget_currency=space.currency)
     arch = space.job.arch
     est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money, model=model_report(arch),
-                   offer=offer_report(offer, b.units), notes=scenario_notes(space.scenario, arch))  # fmt: skip
+                   offer=offer_report(space, i, b.units), spot=spot_report(space, i),
+                   requirements=requirements.for_row(space, i), checklist=checklist.for_row(space, i),
+                   notes=scenario_notes(space.scenario, arch))  # fmt: skip
     loaded: LoadedOverlay | None = space.overlay
     engine = engine_key(space.scenario, space.job)
     groups = (None, None) if loaded is None else (
@@ -179,7 +186,8 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
     if space.accuracy:  # validated on load (schema_catalog.Accuracy): both models or none
         oi = int(c.offer_idx[i])
         accuracy = group_accuracy(space.accuracy, loaded, *groups)
-        est = est.model_copy(update={"uncertainty": band(est, offer, space.fx[oi], space.scenario, accuracy)})
+        billed = hosts.spot_offer(offer) if plan.capacity == "spot" else offer
+        est = est.model_copy(update={"uncertainty": band(est, billed, space.fx[oi], space.scenario, accuracy)})
     return est
 
 
@@ -304,7 +312,12 @@ def estimate_space(path: str | Path, pins: dict[str, object], overrides: Overrid
     currency = report_currency(sc, offers)
     fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
     space = Space(job, sc, offers, gpus, currency, fx, ev, np.zeros(len(ev)), [], len(ev), int(ev.fits.sum()),
-                  accuracy=catalog.calibration.get("accuracy", {}), overlay=catalog.calibration.get("overlay"))
+                  accuracy=catalog.calibration.get("accuracy", {}), overlay=catalog.calibration.get("overlay"),
+                  hosts_cal=catalog.calibration.get("hosts", {}))
+    if sc.plan.capacity == "spot" and space.hosts_cal:  # estimate a pinned spot plan on its spot rows
+        space.cand = ev = hosts.add_spot_rows(ev, offers, space.hosts_cal, "spot")
+        if len(ev) == 0:
+            raise InputError(source, "plan.capacity", "spot needs an offer with spot.price and spot.interruptions")
     slowest = float(np.max(ev.time["hours"]))
     if not slowest <= MAX_JOB_HOURS:  # also NaN and infinity
         raise InputError(source, "data", f"this configuration takes {slowest:,.0f} hours, more than the "

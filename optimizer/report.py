@@ -15,6 +15,7 @@ from optimizer.explain import Relaxation
 from optimizer.models.uncertainty import headroom_for_p90
 from optimizer.planner import SolveResult
 from optimizer.report_measure import calibration_lines
+from optimizer.report_offer import renting_lines
 from optimizer.schema_plan import Estimate
 
 __all__ = ["write_atomic"]  # re-exported for the CLI
@@ -153,6 +154,7 @@ def estimate_lines(est: Estimate) -> list[Any]:
         + f"; {billing_basis(p.term)}: {units} per card x {p.cards} card{'s' if p.cards > 1 else ''}",
         *uncertainty_lines(est),
         *calibration_lines(est),
+        *(escape(line) for line in renting_lines(est)),
     ]
 
 

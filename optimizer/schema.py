@@ -417,6 +417,7 @@ class Allow(Strict):
     max_host_memory_gib: float | None = Field(
         None, gt=0, le=1e6, allow_inf_nan=False, description="host RAM per node that offloading may use (GiB)"
     )
+    spot: bool = Field(False, description="allow interruptible (spot) capacity where the offer prices it")
 
 
 def _term_from_plan(value: Any) -> Any:
@@ -458,6 +459,7 @@ class PlanPins(Strict):
     term: Annotated[Term | None, BeforeValidator(_term_from_plan)] = Field(
         None, description="rental term every billed unit uses (a mix such as month+hour pins nothing)"
     )
+    capacity: Literal["on_demand", "spot"] | None = Field(None, description="rent on-demand or spot capacity")
     billed_units: dict[str, int] | None = Field(None, description="ignored on input; present in solver output")
     attention: Attention | None = Field(
         None, description="ignored on input (set training.attention); solver output: the kernel run on the GPU"

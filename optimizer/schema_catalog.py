@@ -22,6 +22,7 @@ class Gpu(Strict):
     id: str
     name: str
     aliases: list[str] = []
+    skypilot_names: list[str] = Field([], description="SkyPilot AcceleratorName values that denote this GPU")
     vendor: Literal["nvidia", "amd"]
     arch: Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3"]
     compute_capability: str | None = None
@@ -36,6 +37,10 @@ class Gpu(Strict):
     nvlink_gb_per_s: Float = Field(ge=0, allow_inf_nan=False)
     nvlink_domain: Int = Field(ge=1, le=1024)
     p2p: bool = True
+    usable_memory_mib: PositiveFloat | None = Field(
+        None, description="memory a process can see (nvidia-smi total / cloud API), MiB; None = memory_gib"
+    )
+    usable_memory_source: str | None = Field(None, min_length=3)
     pcie_gen: Int = Field(ge=1, le=7)
     pcie_gb_per_s: PositiveFloat
     cards_per_node: Int = Field(ge=1, le=1024)
@@ -43,6 +48,14 @@ class Gpu(Strict):
     source: str = Field(min_length=3)
     as_of: date
     notes: str | None = None
+
+    @model_validator(mode="after")
+    def _usable_sourced(self) -> Gpu:
+        if self.usable_memory_mib is not None and self.usable_memory_source is None:
+            raise ValueError("usable_memory_mib needs usable_memory_source (where the figure comes from)")
+        if self.usable_memory_mib is not None and self.usable_memory_mib > self.memory_gib * 1024 * 1.1:
+            raise ValueError("usable_memory_mib is more than 10% above memory_gib x 1024")
+        return self
 
     @model_validator(mode="after")
     def _bf16_consistent(self) -> Gpu:
@@ -70,6 +83,50 @@ class Price(Strict):
     as_of: date
 
 
+class Interruptions(Strict):
+    """How often the provider reclaims one node of spot capacity: a band of mean hours between interruptions."""
+
+    mtbi_hours_low: PositiveFloat = Field(description="pessimistic end: mean hours between interruptions per node")
+    mtbi_hours_high: PositiveFloat = Field(description="optimistic end, >= mtbi_hours_low")
+    source: str = Field(min_length=3)
+    as_of: date
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Interruptions:
+        if self.mtbi_hours_low > self.mtbi_hours_high:
+            raise ValueError("mtbi_hours_low must be <= mtbi_hours_high")
+        return self
+
+
+class Spot(Strict):
+    """Interruptible capacity of an offer: price per card-hour and, when known, the interruption band."""
+
+    price: Price = Field(description="per card, per hour, in the file currency")
+    interruptions: Interruptions | None = Field(None, description="None: unknown (spot plans then need it)")
+    notes: str | None = None
+
+
+class Host(Strict):
+    """What one node of the offer has besides its GPUs (per node; null = not stated by the provider)."""
+
+    ram_gib: PositiveFloat | None = Field(None, description="host RAM of a whole node, GiB")
+    ram_gib_per_card: PositiveFloat | None = Field(
+        None, description="host RAM allocated per rented card (per-card rentals), GiB; excludes ram_gib"
+    )
+    vcpus: Int | None = Field(None, gt=0, le=100_000, description="vCPUs of a whole node")
+    local_disk_gb: PositiveFloat | None = Field(None, description="local disk per node, GB (1e9 bytes)")
+    local_disk_kind: Literal["nvme", "ssd", "hdd", "network"] | None = None
+    network_gb_per_s: PositiveFloat | None = Field(None, description="node's front-end network, GB/s")
+    source: str = Field(min_length=3)
+    as_of: date
+
+    @model_validator(mode="after")
+    def _one_ram_figure(self) -> Host:
+        if self.ram_gib is not None and self.ram_gib_per_card is not None:
+            raise ValueError("give ram_gib (whole node) or ram_gib_per_card (per rented card), not both")
+        return self
+
+
 class Offer(Strict):
     """A rentable GPU offer (catalogs/offers/*.yaml); prices per card and term unit."""
 
@@ -82,6 +139,13 @@ class Offer(Strict):
     nvlink: bool = True
     hour_increment_s: Int = Field(3600, ge=1, le=3600)
     prices: dict[Term, Price] = Field(min_length=1)
+    host: Host | None = Field(None, description="host RAM, vCPUs, disk, network per node; None = not stated")
+    usable_memory_mib: PositiveFloat | None = Field(
+        None, description="memory per card a process sees on this offer (provider API), MiB; None = the GPU's"
+    )
+    p2p: bool | None = Field(None, description="GPU peer-to-peer works on this host; None = not stated (GPU default)")
+    spot: Spot | None = None
+    region: str | None = None
     notes: str | None = None
     currency: Currency = Field("USD", description="filled from the file's currency")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import SerializerFunctionWrapHandler, model_serializer
 
@@ -32,6 +32,7 @@ class Plan(Strict):
     term: str
     billed_units: dict[str, int]
     attention: Attention | None = None  # the kernel run on this GPU (models/attention.py: flash needs sm80+)
+    capacity: Literal["on_demand", "spot"] = "on_demand"
 
 
 class MemoryReport(Strict):
@@ -57,6 +58,8 @@ class TimeReport(Strict):
     mfu: float
     hours: float
     steps: int
+    interruption_hours: float = 0.0
+    checkpoint_interval_hours: float | None = None
 
 
 class CostReport(Strict):
@@ -147,13 +150,46 @@ class PriceBasis(Strict):
 
 
 class OfferReport(Strict):
-    """Where to rent: the plan's offer, its provider and the basis of the prices billed (catalog source, notes)."""
+    """Where to rent and on what: the offer, the basis of its billed prices, and the machine as the catalog states it.
+
+    Host fields are null where the provider does not say (docs/json-contract.md).
+    """
 
     id: str
     provider: str
     currency: str
     prices: dict[str, PriceBasis]  # billed term -> price (per-second/minute billing: the hour price)
     notes: str | None = None
+    host_ram_bytes: int | None = None  # per node, for the plan's cards in the node
+    vcpus: int | None = None  # per node
+    local_disk_bytes: int | None = None  # per node
+    usable_bytes_per_card: int | None = None  # the offer's or the GPU's usable figure; null: only the nominal size
+    p2p: bool | None = None  # as the offer states it; null = not stated (the GPU's default was planned with)
+    source: str | None = None  # where the host facts come from
+
+
+class SpotReport(Strict):
+    """A spot plan's price, interruption band and the spread of its time and bill over that band."""
+
+    price_per_card_hour: float
+    currency: str
+    mtbi_hours_low: float
+    mtbi_hours_high: float
+    checkpoint_interval_hours: float
+    hours_low: float  # at the band's optimistic end (mtbi_hours_high)
+    hours_high: float  # at the pessimistic end (mtbi_hours_low); the deadline is checked here
+    cost_low: float
+    cost_high: float
+
+
+class CheckItem(Strict):
+    """One after-renting check: what to run, what to expect, and when to stop and re-plan."""
+
+    check: str
+    command: str
+    expected: float
+    unit: str
+    stop_if: str
 
 
 class Estimate(Strict):
@@ -168,13 +204,25 @@ class Estimate(Strict):
     calibration: CalibrationUse | None = None
     model: ModelReport | None = None
     offer: OfferReport | None = None
+    spot: SpotReport | None = None
+    requirements: list[str] = []
+    checklist: list[CheckItem] = []
     notes: list[str] = []  # what ftopt assumed reading the scenario (model variant, packing, long samples)
 
     @model_serializer(mode="wrap")
     def _contract_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The five contract keys always; the optional blocks (``calibration``: with an overlay) only when set."""
+        """The five contract keys always; the others only when set, and the plan's qualifiers only with a plan.
+
+        ``calibration``: with an overlay; ``spot``: on spot capacity; ``offer``, ``requirements`` and ``checklist``
+        qualify a plan.
+        """
         doc = handler(self)
-        for key in ("uncertainty", "calibration", "model", "offer", "notes"):
-            if not doc.get(key):
+        for key in ("uncertainty", "calibration", "model", "spot"):
+            if doc.get(key) is None:
+                doc.pop(key, None)
+        if not doc.get("notes"):
+            doc.pop("notes", None)
+        if doc.get("plan") is None:  # no plan: nothing to rent, confirm or check
+            for key in ("offer", "requirements", "checklist"):
                 doc.pop(key, None)
         return doc

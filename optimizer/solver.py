@@ -7,7 +7,8 @@ clock, rounded up), gpu g_i, provider v_i, cards n_i, nodes m_i and the other de
 Variables:
     pick[i]  in {0, 1}   1 when candidate i is the plan
     x_k      integer     decision variable k (gpu, offer, cards, nodes, tp, dp, zero_stage, micro_batch,
-                         grad_accum, offload, checkpointing, precision, cost_cents, time_s), channelled as
+                         grad_accum, offload, checkpointing, precision, capacity, cost_cents, time_s,
+                         deadline_time_s), channelled as
                          x_k = sum_i value_k(i) pick[i]
     a_j      in {0, 1}   assumption literal enabling user constraint j (used to explain infeasibility)
 
@@ -19,12 +20,15 @@ Constraints:
     (5) a_max_cards => x_cards <= max_cards
     (6) a_max_nodes => x_nodes <= max_nodes
     (7) a_budget    => x_cost_cents <= budget_cents
-    (8) a_deadline  => x_time_s <= deadline_s
+    (8) a_deadline  => x_deadline_time_s <= deadline_s
+where time_s is the expected wall clock and deadline_time_s equals it on demand, and on spot capacity is the time
+at the pessimistic end of the offer's interruption band (hosts.spot_time): a spot plan is chosen only when the
+deadline holds even with frequent interruptions; its cost is the expected bill (restarts and lost work included).
 Objective (lexicographic, one stage per level, each stage fixing the previous optimum):
     cost:  min x_cost_cents, then min x_time_s, then min rank
     time:  min x_time_s, then min x_cost_cents, then min rank
 where rank orders candidates by simplicity, then name: (nodes, cards, zero_stage, offload, checkpointing, tp,
-gpu id, offer id), a deterministic tie-break that prefers the simpler of plans equal in cost and time.
+gpu id, offer id, capacity), a deterministic tie-break that prefers the simpler of plans equal in cost and time.
 
 The nonlinear models never enter CP-SAT: they were evaluated in space.py; CP-SAT sees linear sums of booleans.
 
@@ -150,9 +154,12 @@ class _Columns:
             "precision": c.cfg.precision,
             "cost_cents": cents(space.cost_total),
             "time_s": seconds(c.time["hours"]),
+            "capacity": c.capacity.astype(np.int64),
+            "deadline_time_s": seconds(c.time["hours"] + c.time.get("deadline_margin_hours", 0.0)),
         }
         simpler = np.column_stack([c.nodes, c.cards, c.cfg.zero_stage, c.cfg.offload, c.cfg.checkpointing, c.cfg.tp])
-        order = sorted(range(len(c)), key=lambda i: (*simpler[i].tolist(), gpu_ids[i], offer_ids[i]))
+        order = sorted(range(len(c)), key=lambda i: (*simpler[i].tolist(), gpu_ids[i], offer_ids[i],
+                                                     int(c.capacity[i])))  # fmt: skip
         self.rank = np.empty(len(c), dtype=np.int64)
         self.rank[order] = np.arange(len(c))
 
@@ -185,7 +192,7 @@ def _build(cols: _Columns, subset: np.ndarray, limits: Limits) -> tuple[cp_model
         ("max_cards", "cards"),
         ("max_nodes", "nodes"),
         ("budget_cents", "cost_cents"),
-        ("deadline_s", "time_s"),
+        ("deadline_s", "deadline_time_s"),
     ):
         bound = getattr(limits, name)
         if bound is not None:

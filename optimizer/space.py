@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from optimizer import hosts
 from optimizer.catalog import Catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.errors import InputError, SolverLimitError, did_you_mean
@@ -70,6 +71,11 @@ class Evaluated:
     mem: dict[str, np.ndarray]
     time: dict[str, np.ndarray]
     fits: np.ndarray
+    capacity: np.ndarray | None = None  # 0 on demand, 1 spot (hosts.CAPACITY); None = all on demand
+
+    def __post_init__(self) -> None:
+        if self.capacity is None:
+            self.capacity = np.zeros(len(self.offer_idx), dtype=np.int64)
 
     def take(self, index: np.ndarray) -> Evaluated:
         """The rows selected by a boolean mask or index array."""
@@ -82,6 +88,7 @@ class Evaluated:
             mem={k: v[index] for k, v in self.mem.items()},
             time={k: v[index] for k, v in self.time.items()},
             fits=self.fits[index],
+            capacity=self.capacity[index],
         )
 
     def __len__(self) -> int:
@@ -106,6 +113,7 @@ class Space:
     smallest_need: dict[str, int] = field(default_factory=dict)  # GPU id -> smallest per-GPU total over its configs
     accuracy: dict[str, Any] = field(default_factory=dict)  # calibration.yaml accuracy (models/uncertainty.py)
     overlay: Any = None  # the user's calibration overlay (optimizer/overlay.py LoadedOverlay), when one applies
+    hosts_cal: dict[str, Any] = field(default_factory=dict)  # calibration.yaml hosts (hosts.py, checklist.py)
 
 
 # ------------------------------------------------------------------------------------------------ job and offers
@@ -298,8 +306,10 @@ def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards:
     """Per-row hardware arrays from the catalog: capacity, peak of the precision, links, efficiency.
 
     Link bandwidths are per GPU and direction, link peak x ``link_efficiency`` (calibration ``timing``):
+    - Capacity: the memory a process sees on the offer (hosts.capacity_bytes: usable, not nominal).
     - NVLink inside the NVLink domain; PCIe peer-to-peer otherwise.
-    - Cards without peer-to-peer (GeForce 40) stage collectives through host memory: the node's host path carries
+    - Hosts without peer-to-peer (the offer's ``p2p``, else the GPU's: GeForce 40, bridge-less 3090 servers) stage
+      collectives through host memory: the node's host path carries
       ``host`` x one PCIe link in all, shared by the g cards of the job in the node, so each gets
       PCIe x host / g (fitted on the 2 x RTX 4090 FSDP case, docs/time-model.md).
     - Across nodes NCCL runs one ring per NIC and every ring crosses each node boundary once, so the ring's
@@ -311,7 +321,7 @@ def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards:
     archs = sorted({g.arch for g in gpus})
     n_off = len(offers)
     o = offer_idx
-    cap = np.array([g.memory_gib * 2**30 for g in gpus])
+    cap = np.array([float(hosts.capacity_bytes(g, of)) for g, of in zip(gpus, offers, strict=True)])
     bf16 = np.array([(g.bf16_tflops or g.fp16_tflops) * 1e12 for g in gpus])
     peaks = np.array([[(g.peak_tflops(p) or 0.0) * 1e12 for p in PRECISION] for g in gpus]).reshape(
         n_off, len(PRECISION)
@@ -322,7 +332,7 @@ def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards:
     )
     domain = np.array([g.nvlink_domain if of.nvlink else 1 for g, of in zip(gpus, offers, strict=True)])
     pcie = np.array([g.pcie_gb_per_s * 1e9 for g in gpus])
-    p2p = np.array([g.p2p for g in gpus])
+    p2p = np.array([hosts.p2p(g, of) for g, of in zip(gpus, offers, strict=True)])
     per_node_cards = np.minimum(cards, np.array([of.cards_per_node for of in offers])[o]).astype(np.float64)
     pcie_peer = np.where(
         p2p[o], pcie[o] * link["pcie"], pcie[o] * link["host"] / np.maximum(per_node_cards, 1.0)
@@ -361,7 +371,8 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     mem = memory.breakdown(job, cfg, cal["memory"])
     usable = hw.capacity_bytes * (1.0 - scenario.headroom)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = timing.job_time(job, cfg, hw, cal["timing"])
+        t = hosts.with_overheads(job, cfg, timing.job_time(job, cfg, hw, cal["timing"]), offers, offer_idx, nodes,
+                                 cal)  # fmt: skip
     if cal.get("overlay") is not None:  # a user's calibration overlay: a final correction per group (overlay.py)
         arch = np.array([g.arch for g in gpus], dtype=object)[offer_idx]
         mem, t = apply_overlay(cal["overlay"], mem, t, arch, cfg.precision, engines.engine_key(scenario, job),
@@ -370,6 +381,10 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     host_gib = scenario.allow.max_host_memory_gib
     if host_gib is not None:  # offloaded states must also fit in the node's RAM
         fits &= mem["cpu_offload"] <= host_gib * 2**30
+    if cal.get("hosts"):  # offloaded states and the ranks' processes must fit in the node's stated RAM
+        ranks = hosts.ranks_per_node(cards, offers, offer_idx)
+        need = hosts.host_ram_need(mem["cpu_offload"], ranks, cal["hosts"])
+        fits &= hosts.ram_fits(need, hosts.host_ram_bytes(offers, offer_idx, ranks))
     return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits)
 
 
@@ -456,9 +471,10 @@ def bill_rows(
     terms = scenario.billing_terms
     totals = np.zeros(len(ev))
     by_row: dict[int, cost.Bill] = {}
-    for oi in np.unique(ev.offer_idx):
-        rows = np.flatnonzero(ev.offer_idx == oi)
-        for r, b in zip(rows, cost.bills(ev.time["hours"][rows], offers[oi], terms), strict=True):
+    for oi, cap in sorted({(int(o), int(c)) for o, c in zip(ev.offer_idx, ev.capacity, strict=True)}):
+        rows = np.flatnonzero((ev.offer_idx == oi) & (ev.capacity == cap))
+        billed = hosts.spot_offer(offers[oi]) if cap == hosts.SPOT else offers[oi]  # spot: its hourly spot price
+        for r, b in zip(rows, cost.bills(ev.time["hours"][rows], billed, terms), strict=True):
             totals[r] = b.per_card * ev.cards[r] * fx[oi]
             by_row[int(r)] = b
     return totals, [by_row[i] for i in range(len(ev))]
@@ -482,6 +498,12 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
             raise InputError(source, "data", f"the fastest plan that fits takes {fastest:,.0f} hours, more "
                              f"than the {MAX_JOB_HOURS:,} hours (100 years) ftopt plans for; reduce the data")
     cand = ev.take(keep)
+    pinned = scenario.plan.capacity
+    if (scenario.allow.spot or pinned == "spot") and catalog.calibration.get("hosts"):
+        cand = hosts.add_spot_rows(cand, offers, catalog.calibration["hosts"], pinned)
+        cand = cand.take(cand.time["hours"] <= MAX_JOB_HOURS)
+    elif pinned == "spot":
+        raise InputError(source, "plan.capacity", "spot plans need the calibration hosts section")
     totals, bills_out = bill_rows(cand, scenario, offers, fx)
     finite = np.isfinite(totals)
     if not finite.all():  # a pinned term the offer does not price
@@ -489,4 +511,5 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
         totals = totals[finite]
         bills_out = [b for b, f in zip(bills_out, finite, strict=True) if f]
     return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, len(ev), int(ev.fits.sum()), need,
-                 catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"))
+                 catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"),
+                 catalog.calibration.get("hosts", {}))

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from optimizer import catalog as catalog_mod
+from optimizer import hosts
 from optimizer.catalog import Catalog, resolve_model
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.errors import InputError
@@ -104,11 +105,20 @@ def recompute(scenario: Scenario, catalog: Catalog, arch: ModelArch, plan: Plan,
     cfg = config_of(plan)
     hw = hardware_of(gpu, offer, plan.cards, plan.nodes, plan.precision, catalog.calibration["timing"])
     mem = {k: int(v[0]) for k, v in memory.breakdown(job, cfg, catalog.calibration["memory"]).items()}
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = {k: float(v[0]) for k, v in timing.job_time(job, cfg, hw, catalog.calibration["timing"]).items()}
+    cal = catalog.calibration
+    one, nodes = column(0), column(plan.nodes)
+    with np.errstate(divide="ignore", invalid="ignore"):  # wall clock with the offer's overheads (hosts.py)
+        arrays = hosts.with_overheads(job, cfg, timing.job_time(job, cfg, hw, cal["timing"]), [offer], one, nodes, cal)
+        if plan.capacity == "spot" and hosts.spot_ready(offer) and cal.get("hosts"):
+            band = offer.spot.interruptions  # type: ignore[union-attr]
+            arrays = hosts.spot_time(arrays, nodes, column(band.mtbi_hours_low, float),  # type: ignore[union-attr]
+                                     column(band.mtbi_hours_high, float),  # type: ignore[union-attr]
+                                     hosts.disk_write_bytes_per_s([offer], one, cal["hosts"]))  # fmt: skip
+    t = {k: float(v[0]) for k, v in arrays.items()}
     hours = t["hours"]
-    bill = exact_bill(hours, offer, scenario.billing_terms) if math.isfinite(hours) else ExactBill(None, {})
-    return Recomputed(mem, int(gpu.memory_gib * 2**30), t, job.steps, bill)
+    billed = hosts.spot_offer(offer) if plan.capacity == "spot" and offer.spot is not None else offer
+    bill = exact_bill(hours, billed, scenario.billing_terms) if math.isfinite(hours) else ExactBill(None, {})
+    return Recomputed(mem, hosts.capacity_bytes(gpu, offer), t, job.steps, bill)
 
 
 # ------------------------------------------------------------------------------------------------ exact money
@@ -328,8 +338,9 @@ def _model_rules(est: Estimate, sc: Scenario, r: Recomputed) -> list[str]:
         out.append(f"time.steps = {t.steps} but recomputed {r.steps}")
     if not math.isfinite(r.time["hours"]):
         return [*out, f"time.hours is not finite ({r.time['hours']}): the layout cannot run"]
-    if sc.deadline_hours is not None and ceil_seconds(r.time["hours"]) > floor_seconds(sc.deadline_hours):
-        out.append(f"takes {r.time['hours']:.2f} h, over the deadline of {sc.deadline_hours:g} h")
+    deadline_h = r.time["hours"] + r.time.get("deadline_margin_hours", 0.0)  # spot: pessimistic end of the band
+    if sc.deadline_hours is not None and ceil_seconds(deadline_h) > floor_seconds(sc.deadline_hours):
+        out.append(f"takes {deadline_h:.2f} h, over the deadline of {sc.deadline_hours:g} h")
     return out
 
 
@@ -363,7 +374,8 @@ def check_plan(scenario: Scenario, catalog: Catalog, estimate: Estimate, arch: M
     out = [msg for rule in rules for msg in rule()]
     r = recompute(scenario, catalog, arch, p, gpu, offer)
     out += _model_rules(estimate, scenario, r)
-    return out + _bill_rules(estimate, scenario, catalog, offer, r) if math.isfinite(r.time["hours"]) else out
+    billed = hosts.spot_offer(offer) if p.capacity == "spot" and offer.spot is not None else offer
+    return out + _bill_rules(estimate, scenario, catalog, billed, r) if math.isfinite(r.time["hours"]) else out
 
 
 # ------------------------------------------------------------------------------------------------ catalog files

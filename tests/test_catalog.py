@@ -101,7 +101,7 @@ def test_builtin_catalogs_resolve_by_name_from_any_directory(tmp_path, monkeypat
     from optimizer.catalog import builtin_offer_names, resolve_offer_file
 
     monkeypatch.chdir(tmp_path)  # no catalogs/ here
-    assert builtin_offer_names() == ["cn", "us"]
+    assert builtin_offer_names() == ["aws", "cn", "gcp", "lambda", "runpod", "us", "vast"]
     assert resolve_offer_file("cn", "s.yaml", "catalog") == CATALOG_DIR / "offers" / "cn.yaml"
     # the old spelling still works from outside the checkout
     assert resolve_offer_file("catalogs/offers/us.yaml", "s.yaml", "catalog").resolve() == (
@@ -115,7 +115,7 @@ def test_unknown_catalog_name_lists_the_builtin_ones(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InputError) as err:
         resolve_offer_file("eu", "s.yaml", "catalog")
-    assert "built-in catalogs: cn, us" in str(err.value)
+    assert "built-in catalogs: aws, cn, gcp, lambda, runpod, us, vast" in str(err.value)
 
 
 def test_a_user_file_is_read_by_path(tmp_path, monkeypatch):

@@ -138,7 +138,7 @@ def test_candidate_cap_through_the_cli_is_one_line_with_exit_2(monkeypatch, smal
 
 def test_pinning_the_plan_brings_the_space_under_the_cap(monkeypatch, write_scenario):
     monkeypatch.setattr(space, "MAX_CANDIDATES", 100)
-    path = write_scenario(plan={"gpu": "A100-80G", "cards": 1, "micro_batch": 4, "checkpointing": "none"})
+    path = write_scenario(plan={"gpu": "A100-80G", "cards": 1, "micro_batch": 4, "checkpointing": "none"}, catalog="cn")
     assert solve_scenario(path).best.status is Status.optimal
 
 

@@ -28,14 +28,14 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
     "llamafactory_cfg": 3, "by_engine": 4,
     "catalog": 2, "engines": 3, "activations": 2, "measure": 2, "overlay": 2,
     "importers": 3,
-    "memory": 3, "timing": 3, "cost": 3, "comm": 3,
-    "space": 4, "uncertainty": 4,
+    "memory": 3, "timing": 3, "cost": 3, "comm": 3, "overheads": 3, "interruptions": 3, "import_skypilot": 3,
+    "space": 4, "uncertainty": 4, "hosts": 4,
     "solver": 5, "validator": 5, "portfolio_problem": 5, "portfolio": 6,
-    "explain_relax": 6, "explain": 6,
+    "explain_relax": 6, "explain": 6, "requirements": 6, "checklist": 6, "offer_facts": 6,
     "planner": 7,
     "pareto": 8, "batch": 8, "calibrate": 8, "probe": 8, "portfolio_plan": 8,
     "report": 9, "report_front": 9, "report_batch": 9, "report_catalog": 9, "report_measure": 9,
-    "report_portfolio": 9, "report_reference": 9,
+    "report_portfolio": 9, "report_reference": 9, "report_offer": 9, "cli_import": 9,
     "probe_script": 9,  # the standalone script ftopt probe copies out (stdlib only): a program, so it prints
     "cli": 10, "cli_measure": 10, "cli_portfolio": 10, "__main__": 11,
 }  # fmt: skip
@@ -43,7 +43,8 @@ SAME_LAYER = {
     ("schema_catalog", "schema"), ("schema_plan", "schema"), ("schema_portfolio", "schema"), ("timing", "memory"),
     ("batch", "pareto"), ("report_front", "report"), ("report_portfolio", "report"), ("probe", "calibrate"),
     ("report", "report_measure"), ("cli", "cli_measure"), ("cli", "cli_portfolio"), ("timing", "comm"),
-    ("comm", "memory"), ("explain", "explain_relax"),
+    ("comm", "memory"), ("explain", "explain_relax"), ("overheads", "memory"), ("space", "hosts"),
+    ("report", "report_offer"),
 }  # fmt: skip
 TERMINAL = {"click", "rich"}  # user-interface libraries: report modules and cli only
 

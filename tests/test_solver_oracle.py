@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import yaml
 
-from optimizer import space
+from optimizer import hosts, space
 from optimizer.catalog import Catalog, load_catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, column
 from optimizer.errors import InputError
@@ -244,17 +244,35 @@ def _stacked(rows: list[Any]) -> Any:
     return type(rows[0])(**columns)
 
 
-def _evaluate(job: Any, cfgs: list[Configs], hws: list[Any], cal: dict[str, Any]) -> tuple[list, list]:
-    """Per-GPU memory total and hours of each row, in one call over the stacked rows.
+def _hours(job: Any, cfg: Configs, hw: Any, cal: dict[str, Any], offers: list[Offer], nodes: list[int]) -> np.ndarray:
+    """Wall-clock hours: the step-time model plus the offers' overheads (checkpoint saves, start-up by nodes)."""
+    t = timing.job_time(job, cfg, hw, cal["timing"])
+    idx = np.arange(len(offers))
+    return hosts.with_overheads(job, cfg, t, offers, idx, np.array(nodes), cal)["hours"]
+
+
+def _evaluate(job: Any, cfgs: list[Configs], hws: list[Any], cal: dict[str, Any],
+              rows: list[tuple[Offer, int, int]]) -> tuple[list, list, list]:  # fmt: skip
+    """Per-GPU memory total, host RAM offload and hours of each row, in one call over the stacked rows.
 
     (One-row calls give the same numbers: test_vectorised_models_equal_a_loop_of_one_row_calls.)
     """
     if not cfgs:
-        return [], []
+        return [], [], []
     cfg, hw = _stacked(cfgs), _stacked(hws)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return memory.breakdown(job, cfg, cal["memory"])["total"].tolist(), timing.job_time(
-            job, cfg, hw, cal["timing"])["hours"].tolist()  # fmt: skip
+        parts = memory.breakdown(job, cfg, cal["memory"])
+        hours = _hours(job, cfg, hw, cal, [r[0] for r in rows], [r[2] for r in rows]).tolist()
+    return parts["total"].tolist(), parts["cpu_offload"].tolist(), hours
+
+
+def _host_ram_ok(offer: Offer, cards: int, offload: int, cal: dict[str, Any]) -> bool:
+    """The offer's stated host RAM per node holds the offloaded states and the node's training processes."""
+    if offer.host is None or (offer.host.ram_gib is None and offer.host.ram_gib_per_card is None):
+        return True
+    ranks = min(cards, offer.cards_per_node)
+    ram_gib = offer.host.ram_gib if offer.host.ram_gib is not None else offer.host.ram_gib_per_card * ranks
+    return offload + cal["hosts"]["host_ram_per_rank_gib"] * 2**30 * ranks <= ram_gib * 2**30
 
 
 def oracle_points(sc: Scenario, catalog: Catalog, arch: ModelArch, currency: str) -> list[Point]:
@@ -278,12 +296,12 @@ def oracle_points(sc: Scenario, catalog: Catalog, arch: ModelArch, currency: str
             rows.append((offer, cards, nodes))
             cfgs.append(_one_row(sc, tp, dp, zero, off, mb, ck, prec))
             hws.append(hw_cache[(cards, nodes)])
-    mem, hours = _evaluate(job, cfgs, hws, cal)
+    mem, offload, hours = _evaluate(job, cfgs, hws, cal, rows)
     points: list[Point] = []
     bills: dict[tuple[str, float], Any] = {}
-    for (offer, cards, nodes), total, h in zip(rows, mem, hours, strict=True):
-        usable = catalog.gpus[offer.gpu].memory_gib * 2**30 * (1.0 - sc.headroom)
-        if total > usable or not math.isfinite(h):
+    for (offer, cards, nodes), total, host, h in zip(rows, mem, offload, hours, strict=True):
+        usable = hosts.capacity_bytes(catalog.gpus[offer.gpu], offer) * (1.0 - sc.headroom)
+        if total > usable or not math.isfinite(h) or not _host_ram_ok(offer, cards, host, cal):
             continue
         if (offer.id, h) not in bills:
             bills[(offer.id, h)] = exact_bill(h, offer).per_card
@@ -427,6 +445,7 @@ def test_vectorised_models_equal_a_loop_of_one_row_calls(seed: int):
         mem = memory.breakdown(job, ev.cfg.take(one), cal["memory"])
         with np.errstate(divide="ignore", invalid="ignore"):
             t = timing.job_time(job, ev.cfg.take(one), ev.hw.take(one), cal["timing"])
+            t = hosts.with_overheads(job, ev.cfg.take(one), t, offers, ev.offer_idx[one], ev.nodes[one], cal)
         assert {k: int(v[0]) for k, v in mem.items()} == {k: int(v[i]) for k, v in ev.mem.items()}
         for key, value in t.items():
             assert value[0] == pytest.approx(ev.time[key][i], rel=1e-12, nan_ok=True), key

@@ -116,6 +116,7 @@ def test_solve_json_carries_the_band_and_text_shows_it(run_cli, write_scenario):
     path = write_scenario(deadline_hours=500)
     doc = json.loads(run_cli("solve", path, "--json").stdout)
     assert list(doc)[:6] == ["status", "plan", "memory", "time", "cost", "uncertainty"]
+    assert {"offer", "requirements", "checklist"} <= set(doc)  # the offer keys of issue 13 follow the band
     assert set(doc["uncertainty"]) == {"memory", "time", "cost"}
     text = run_cli("solve", path).stdout
     assert re.search(r"Uncertainty \(10th-90th percentile of measured/predicted on \d+ \+ \d+ held-out cases\)", text)

@@ -1,0 +1,59 @@
+"""Wall-clock overheads that depend on the rented machine: checkpoint saves on the offer's disk, start-up by nodes.
+
+The step-time model (timing.py) gives seconds per optimizer step; a job's wall clock adds what the hosts do
+around the steps (arrays of shape (n,), seconds unless named otherwise):
+
+    ckpt   = P_train x B_ckpt                                  # bytes of one resumable checkpoint (whole job)
+    save   = ckpt / nodes / disk_write                         # nodes write their shards in parallel
+    saves  = floor(train / 3600 / every_h) + 1                 # periodic saves plus the final one
+    start  = startup x 1 + per_doubling x log2(nodes)          # one node's start-up, growing with the node count
+    hours  = (train + saves x save + start) / 3600
+
+B_ckpt per optimizer (calibration ``hosts.checkpoint_bytes_per_param``): 16-bit weights + fp32 master + moments,
+the ZeRO paper's mixed-precision Adam states (arXiv 1910.02054 section 3.1) less the gradients. The disk speeds and
+the start-up growth are stated assumptions in calibration.yaml ``hosts``; the save interval is the scenario's
+``training.checkpoint_every_hours`` or calibration ``timing.checkpoint_every_hours``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from optimizer.configs import OPTIMIZER, Configs, Job
+from optimizer.models.memory import trainable_params
+
+
+def checkpoint_bytes(job: Job, cfg: Configs, hosts: Mapping[str, Any]) -> np.ndarray:
+    """Bytes of one resumable checkpoint of the whole job, (n,) float: P_train x B_ckpt(optimizer).
+
+    LoRA/QLoRA save the adapters and their optimizer states only (the frozen base is re-downloaded).
+    """
+    per_param = np.array([float(hosts["checkpoint_bytes_per_param"][o.value]) for o in OPTIMIZER])
+    return float(trainable_params(job)) * per_param[cfg.optimizer]
+
+
+def save_seconds(ckpt_bytes: np.ndarray, nodes: np.ndarray, disk_bytes_per_s: np.ndarray) -> np.ndarray:
+    """Seconds for one save, (n,): ckpt / nodes / disk write rate (each node writes its share to its own disk)."""
+    return ckpt_bytes / np.maximum(nodes, 1).astype(np.float64) / disk_bytes_per_s
+
+
+def startup_seconds(nodes: np.ndarray, base_s: float, per_doubling_s: float) -> np.ndarray:
+    """Start-up of the whole job, (n,): base_s + per_doubling_s x log2(nodes) (1 node: base_s)."""
+    return base_s + per_doubling_s * np.log2(np.maximum(nodes, 1).astype(np.float64))
+
+
+def saves_count(train_s: np.ndarray, every_h: float) -> np.ndarray:
+    """Checkpoint saves of an uninterrupted run, (n,): floor(train hours / every_h) + 1 (the final save)."""
+    return np.floor(train_s / 3600.0 / every_h) + 1.0
+
+
+def disk_need_bytes(job: Job, ckpt_bytes: np.ndarray, nodes: np.ndarray, kept: int) -> np.ndarray:
+    """Local disk per node, (n,): the base model in its stored width (16-bit, or k-bit) + ``kept`` checkpoint shards.
+
+    The dataset is not counted (its size on disk depends on the format); the requirement line says so.
+    """
+    base = job.arch.total_params * (2.0 if job.base_bits >= 16 else job.base_bits / 8.0)
+    return base + kept * ckpt_bytes / np.maximum(nodes, 1).astype(np.float64)

@@ -1,0 +1,68 @@
+"""The JSON contract's ``offer`` and ``spot`` blocks of a plan: the rented machine as stated, and the spot spread."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from optimizer import hosts
+from optimizer.context import price_basis
+from optimizer.models import cost
+from optimizer.schema_plan import OfferReport, SpotReport
+
+MIB = 2**20
+
+
+def offer_report(space: Any, i: int, billed_units: dict[str, int]) -> OfferReport:
+    """Candidate ``i``'s offer as the catalog states it: provider, the source of each price billed, and the machine.
+
+    Host RAM for the plan's cards in a node, vCPUs, disk, usable memory per card (the offer's or the GPU's figure;
+    null when only the nominal size is known), P2P as the offer states it, and the host facts' source.
+    """
+    c = space.cand
+    oi = int(c.offer_idx[i])
+    offer, gpu = space.offers[oi], space.gpus[oi]
+    idx = c.offer_idx[i : i + 1]
+    ram = float(hosts.host_ram_bytes(space.offers, idx, hosts.ranks_per_node(c.cards[i : i + 1], space.offers, idx))[0])
+    disk = float(hosts.local_disk_bytes(space.offers, idx)[0])
+    usable = offer.usable_memory_mib if offer.usable_memory_mib is not None else gpu.usable_memory_mib
+    host = offer.host
+    return OfferReport(
+        id=offer.id,
+        provider=offer.provider,
+        currency=offer.currency,
+        prices=price_basis(offer, billed_units),
+        notes=offer.notes,
+        host_ram_bytes=None if math.isnan(ram) else int(ram),
+        vcpus=host.vcpus if host else None,
+        local_disk_bytes=None if math.isnan(disk) else int(disk),
+        usable_bytes_per_card=None if usable is None else int(usable * MIB),
+        p2p=offer.p2p,
+        source=host.source if host else None,
+    )
+
+
+def spot_report(space: Any, i: int) -> SpotReport | None:
+    """For a spot plan: its price, interruption band, checkpoint interval and time/bill at both band ends."""
+    c = space.cand
+    if int(c.capacity[i]) != hosts.SPOT:
+        return None
+    offer = space.offers[int(c.offer_idx[i])]
+    assert offer.spot is not None and offer.spot.interruptions is not None
+    band = offer.spot.interruptions
+    low, high = float(c.time["spot_hours_low"][i]), float(c.time["spot_hours_high"][i])
+    bills = cost.bills(np.array([low, high]), hosts.spot_offer(offer), space.scenario.billing_terms)
+    cards = int(c.cards[i])
+    return SpotReport(
+        price_per_card_hour=offer.spot.price.amount,
+        currency=offer.currency,
+        mtbi_hours_low=band.mtbi_hours_low,
+        mtbi_hours_high=band.mtbi_hours_high,
+        checkpoint_interval_hours=round(float(c.time["checkpoint_interval_hours"][i]), 6),
+        hours_low=round(low, 6),
+        hours_high=round(high, 6),
+        cost_low=round(bills[0].per_card * cards, 2),
+        cost_high=round(bills[1].per_card * cards, 2),
+    )

@@ -1,0 +1,223 @@
+"""Offers as rented machines: host RAM, usable memory, P2P, disks, start-up by nodes, requirements, checklist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from optimizer import hosts
+from optimizer.models import overheads
+from optimizer.planner import estimate_scenario, solve_scenario
+from optimizer.validator import check_plan
+
+from .conftest import REPO, scenario_doc
+
+SRC = {"source": "test offer written for this test", "as_of": "2026-12-01"}
+
+
+def offer(oid: str, gpu: str, price: float, **extra: Any) -> dict[str, Any]:
+    return {"id": oid, "provider": "TestCloud", "gpu": gpu, "cards_per_node": 8, "max_nodes": 1,
+            "prices": {"hour": {"amount": price, **SRC}}, **extra}  # fmt: skip
+
+
+def write_offers(tmp_path: Path, offers: list[dict[str, Any]], name: str = "offers.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"schema_version": 1, "currency": "USD", "offers": offers}, sort_keys=False))
+    return path
+
+
+def write(tmp_path: Path, doc: dict[str, Any], name: str = "scenario.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ host RAM
+
+
+def _seventy_b(offers_file: Path) -> dict[str, Any]:
+    doc = yaml.safe_load((REPO / "scenarios" / "70b.yaml").read_text())
+    return {**doc, "catalog": str(offers_file), "budget": None, "deadline_hours": None,
+            "allow": {"max_cards": 8}}  # fmt: skip
+
+
+def test_70b_offload_plan_never_exceeds_the_offers_host_ram(tmp_path):
+    # the same A100-80G node, cheap with 1 TiB of RAM, dear with 2 TiB: the 70B ZeRO-3 optimizer offload needs
+    # ~1.6 TB per node, so the cheap node can only take plans that offload nothing
+    small = offer("small-ram-a100", "A100-80G", 1.0, host={"ram_gib": 1024, **SRC})
+    large = offer("large-ram-a100", "A100-80G", 1.5, host={"ram_gib": 2048, **SRC})
+    path = write(tmp_path, _seventy_b(write_offers(tmp_path, [small, large])))
+    best = solve_scenario(path).best
+    assert best.plan is not None and best.memory is not None and best.offer is not None
+    assert best.memory.cpu_offload > 1024 * 2**30  # the optimum needs more than the small node has
+    assert best.plan.offer == "large-ram-a100"
+    assert best.offer.host_ram_bytes == 2048 * 2**30
+    assert not any(r.startswith("host RAM") for r in best.requirements)
+
+
+def test_unknown_host_ram_becomes_a_requirement_line(tmp_path):
+    path = write(tmp_path, _seventy_b(write_offers(tmp_path, [offer("unknown-ram-a100", "A100-80G", 1.0)])))
+    best = solve_scenario(path).best
+    assert best.offer is not None and best.offer.host_ram_bytes is None and best.memory is not None
+    lines = [r for r in best.requirements if r.startswith("host RAM")]
+    assert len(lines) == 1 and "unknown-ram-a100" in lines[0]
+    need_gib = (best.memory.cpu_offload + 8 * 4 * 2**30) / 2**30  # offload + 8 ranks x host_ram_per_rank_gib
+    assert f"{need_gib:,.0f} GiB" in lines[0]
+
+
+def test_shipped_70b_plan_offload_fits_its_offer_or_says_it_must_be_confirmed():
+    best = solve_scenario(REPO / "scenarios" / "70b.yaml").best
+    assert best.offer is not None and best.memory is not None
+    if best.offer.host_ram_bytes is None:
+        assert any(r.startswith("host RAM") for r in best.requirements)
+    else:
+        assert best.memory.cpu_offload <= best.offer.host_ram_bytes
+
+
+def test_validator_rejects_a_plan_over_the_stated_host_ram(tmp_path, catalog):
+    # estimate the offloading plan on a node whose stated RAM is too small: it must not fit, and the validator agrees
+    small = offer("small-ram-a100", "A100-80G", 1.0, host={"ram_gib": 512, **SRC})
+    path = write(tmp_path, _seventy_b(write_offers(tmp_path, [small])))
+    pins = {"gpu": "A100-80G", "cards": 8, "zero_stage": 3, "offload": "optimizer", "micro_batch": 1,
+            "checkpointing": "full"}  # fmt: skip
+    est = estimate_scenario(path, pins)
+    assert est.memory is not None and not est.memory.fits
+    assert est.memory.cpu_offload > 512 * 2**30
+
+
+def test_per_card_ram_scales_with_the_cards_rented_in_the_node():
+    lam = offer("x", "H100-SXM", 1.0, host={"ram_gib_per_card": 225, **SRC})
+    from optimizer.schema_catalog import Offer
+
+    o = Offer.model_validate({**lam, "currency": "USD"})
+    ram = hosts.host_ram_bytes([o], np.array([0, 0]), np.array([1, 8]))
+    assert ram.tolist() == [225 * 2**30, 8 * 225 * 2**30]
+
+
+# ------------------------------------------------------------------------------------------------ usable memory
+
+
+def test_capacity_is_the_usable_not_the_nominal_memory(catalog):
+    h100 = catalog.gpus["H100-SXM"]
+    o = next(o for o in catalog.offers if o.gpu == "H100-SXM" and o.usable_memory_mib is None)
+    assert h100.usable_memory_mib is not None and h100.usable_memory_mib < h100.memory_gib * 1024
+    assert hosts.capacity_bytes(h100, o) == int(h100.usable_memory_mib * 2**20)
+    stated = o.model_copy(update={"usable_memory_mib": 80000.0})
+    assert hosts.capacity_bytes(h100, stated) == 80000 * 2**20
+
+
+def test_fit_is_judged_against_the_offers_usable_memory_not_the_nominal_size(tmp_path):
+    # one configuration well below the nominal 80 GiB; an offer whose usable size is 0.1% above its peak fits it,
+    # one 0.1% below does not, although both cards are nominally the same H100 SXM
+    pins = {"gpu": "H100-SXM", "cards": 1, "micro_batch": 1, "checkpointing": "full"}
+    fits = {}
+    for name, factor in (("above", 1.001), ("below", 0.999)):
+        probe = write(tmp_path, scenario_doc(headroom=0.0, catalog=str(write_offers(
+            tmp_path, [offer(f"probe-{name}", "H100-SXM", 1.0)], f"p-{name}.yaml"))), f"p-{name}.s.yaml")  # fmt: skip
+        total = estimate_scenario(probe, pins).memory.total  # type: ignore[union-attr]
+        assert total < 80 * 2**30 * 0.9
+        o = offer(f"usable-{name}", "H100-SXM", 1.0, usable_memory_mib=total / 2**20 * factor)
+        path = write(tmp_path, scenario_doc(headroom=0.0, catalog=str(write_offers(tmp_path, [o], f"{name}.yaml"))),
+                     f"{name}.s.yaml")  # fmt: skip
+        fits[name] = estimate_scenario(path, pins).memory.fits  # type: ignore[union-attr]
+    assert fits == {"above": True, "below": False}
+
+
+# ------------------------------------------------------------------------------------------------ P2P
+
+
+def _zero3_offload_14b(tmp_path: Path, gpu: str) -> float:
+    o = offer(f"nop2p-{gpu.lower()}", gpu, 1.0, nvlink=False, p2p=False)
+    doc = scenario_doc(model="Qwen2.5-14B", method="full", seq_len=2048, global_batch=64, lora=None,
+                       catalog=str(write_offers(tmp_path, [o], f"{gpu}.yaml")))  # fmt: skip
+    path = write(tmp_path, doc, f"{gpu}.scenario.yaml")
+    pins = {"gpu": gpu, "cards": 8, "zero_stage": 3, "offload": "optimizer", "micro_batch": 1,
+            "checkpointing": "full"}  # fmt: skip
+    est = estimate_scenario(path, pins)
+    assert est.time is not None
+    return est.time.step_seconds
+
+
+def test_3090_and_4090_hosts_without_p2p_differ_by_at_most_their_compute_ratio(tmp_path, catalog):
+    # both use the same PCIe 4.0 host path, so the 4090 can only be faster by its compute advantage (peak x fitted
+    # efficiency), never slower, and the 3090 can no longer come out several times faster (issue 13)
+    eff = catalog.calibration["timing"]["efficiency"]
+    g3, g4 = catalog.gpus["RTX-3090"], catalog.gpus["RTX-4090"]
+    assert g3.pcie_gb_per_s == g4.pcie_gb_per_s
+    compute_ratio = (g4.bf16_tflops * eff[g4.arch]) / (g3.bf16_tflops * eff[g3.arch])
+    ratio = _zero3_offload_14b(tmp_path, "RTX-3090") / _zero3_offload_14b(tmp_path, "RTX-4090")
+    assert 1.0 <= ratio <= compute_ratio * 1.0001, (ratio, compute_ratio)
+
+
+def test_offer_p2p_overrides_the_gpu_default(catalog):
+    a100 = catalog.gpus["A100-80G"]
+    o = next(o for o in catalog.offers if o.gpu == "A100-80G")
+    assert hosts.p2p(a100, o) is True
+    assert hosts.p2p(a100, o.model_copy(update={"p2p": False})) is False
+    rtx3090 = catalog.gpus["RTX-3090"]
+    shipped = next(o for o in catalog.offers if o.gpu == "RTX-3090" and o.p2p is None)
+    assert hosts.p2p(rtx3090, shipped) is False  # bridge-less 3090 servers: no P2P unless the offer says so
+
+
+# ------------------------------------------------------------------------------------------------ overheads
+
+
+def test_checkpoint_bytes_are_weights_master_and_moments_per_trainable_parameter(catalog):
+    # 70.6e9 parameters x (2 + 4 + 8) bytes = 988 GB: the ~1 TB 70B checkpoint with optimizer states
+    hosts_cal = catalog.calibration["hosts"]
+    assert hosts_cal["checkpoint_bytes_per_param"]["adamw"] == 14
+    save = overheads.save_seconds(np.array([988e9]), np.array([2]), np.array([1e9]))
+    assert save.tolist() == [494.0]  # two nodes write half each at 1 GB/s
+
+
+def test_startup_grows_with_the_node_count():
+    s = overheads.startup_seconds(np.array([1, 2, 4, 16]), 600.0, 120.0)
+    assert s.tolist() == [600.0, 720.0, 840.0, 1080.0]
+
+
+def test_faster_disk_saves_faster_and_shortens_the_job(tmp_path):
+    kinds = {}
+    for kind in ("hdd", "nvme"):
+        o = offer(f"disk-{kind}", "A100-80G", 1.0, host={"local_disk_kind": kind, **SRC})
+        doc = scenario_doc(method="full", lora=None, catalog=str(write_offers(tmp_path, [o], f"{kind}.yaml")))
+        est = estimate_scenario(write(tmp_path, doc, f"{kind}.s.yaml"), {"gpu": "A100-80G", "cards": 1,
+                                                                          "micro_batch": 1})  # fmt: skip
+        kinds[kind] = est.time.hours  # type: ignore[union-attr]
+    assert kinds["nvme"] < kinds["hdd"]
+
+
+# ------------------------------------------------------------------------------------------------ JSON, checklist
+
+
+def test_plan_json_carries_offer_capacity_interruptions_requirements_and_checklist(catalog):
+    result = solve_scenario(REPO / "scenarios" / "14b-lora.yaml")
+    doc = result.best.model_dump(mode="json")
+    assert set(doc["offer"]) == {"id", "provider", "host_ram_bytes", "vcpus", "local_disk_bytes",
+                                 "usable_bytes_per_card", "p2p", "source"}  # fmt: skip
+    assert doc["plan"]["capacity"] == "on_demand" and doc["time"]["interruption_hours"] == 0.0
+    assert all(isinstance(r, str) and "\n" not in r for r in doc["requirements"])
+    checks = {c["check"] for c in doc["checklist"]}
+    assert {"GPU memory per card", "host-to-device bandwidth", "device-to-device bandwidth",
+            "memory used in the first steps", "step time"} <= checks  # fmt: skip
+    assert check_plan(result.scenario, load(result), result.best) == []
+
+
+def load(result: Any) -> Any:
+    from optimizer.planner import prepare
+
+    return prepare(REPO / "scenarios" / "14b-lora.yaml")[1]
+
+
+def test_checklist_expects_what_the_plan_was_computed_with(tmp_path):
+    o = offer("check-a100", "A100-80G", 1.0, usable_memory_mib=81000.0)
+    path = write(tmp_path, scenario_doc(catalog=str(write_offers(tmp_path, [o]))))
+    est = estimate_scenario(path, {"gpu": "A100-80G", "cards": 4, "micro_batch": 1, "zero_stage": 2})
+    by = {c.check: c for c in est.checklist}
+    assert by["GPU memory per card"].expected == 81000
+    assert by["memory used in the first steps"].expected == round(est.memory.total / 2**20)  # type: ignore[union-attr]
+    assert by["step time"].expected == pytest.approx(est.time.step_seconds, abs=1e-3)  # type: ignore[union-attr]
+    assert "all_reduce_perf" in by["all-reduce bus bandwidth over 4 GPUs"].command
