@@ -179,7 +179,7 @@ MUTATIONS: list[Mutation] = [
        "le = (c[None, :] < c[:, None])", ["tests/test_pareto.py"], "dominance test with strict cost"),
     # ---- space
     _m("space-kv-heads-unchecked", "space", SPACE, r"if arch\.heads % tp or arch\.kv_heads % tp or",
-       "if arch.heads % tp or", ["tests/test_batch_grid.py", "tests/test_solver_oracle.py"],
+       "if arch.heads % tp or", ["tests/test_survivors.py", "tests/test_batch_grid.py", "tests/test_solver_oracle.py"],
        "tp must divide the KV heads"),
     _m("space-fit-filter-dropped", "space", SPACE,
        r'fits = \(mem\["total"\] <= usable\) & np\.isfinite\(t\["hours"\]\)', 'fits = np.isfinite(t["hours"])',

@@ -188,3 +188,21 @@ def test_first_1f1b_stage_holds_min_pp_grad_accum_micro_batches(checkpointing):
     assert ga8 - ga2 == pytest.approx(2 * (ga2 - ga1), abs=2)
     if checkpointing == "none":
         assert (ga2, ga1) == (pytest.approx(one / 2, abs=1), pytest.approx(one / 4, abs=1))
+
+
+def test_tp_divides_the_kv_heads_as_well_as_the_heads(write_scenario, catalog):
+    # Grouped-query attention with 32 query heads and 4 KV heads: tp 8 divides the heads but not the KV heads (each
+    # rank would hold half a KV head), so no layout may use it; tp 2 and 4 divide both. No catalog model tells the two
+    # checks apart (for each, tp | heads already implies tp | kv_heads), hence the inline model.
+    from optimizer.catalog import load_scenario, resolve_model
+    from optimizer.space import enumerate_all
+
+    model = {"name": "gqa-32q-4kv", "layers": 16, "hidden": 4096, "intermediate": 11008, "heads": 32, "kv_heads": 4,
+             "vocab": 32000, "tied_embeddings": False}  # fmt: skip
+    path = write_scenario(model=model, method="full", lora=None, catalog="us",
+                          training={"framework": "nemo", "optimizer": "adamw", "attention": "flash"},
+                          allow={"gpus": ["H100-SXM"], "max_cards": 8})  # fmt: skip
+    sc = load_scenario(path)
+    _, _, _, ev = enumerate_all(sc, catalog, resolve_model(sc, catalog, path), str(path))
+    tps = set(ev.cfg.tp.tolist())
+    assert 8 not in tps and {2, 4} <= tps, sorted(tps)
