@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.configs import Configs, Job
-from optimizer.models import interruptions, overheads
+from optimizer.configs import Configs, Hardware, Job
+from optimizer.models import interruptions, overheads, timing
 from optimizer.schema import Term
 from optimizer.schema_catalog import Gpu, Offer
 
@@ -93,6 +93,12 @@ def ram_fits(need: np.ndarray, ram: np.ndarray) -> np.ndarray:
     size is a requirement line too.
     """
     return np.isnan(ram) | (need <= ram)
+
+
+def wall_clock(job: Job, cfg: Configs, hw: Hardware, offers: list[Offer], offer_idx: np.ndarray, nodes: np.ndarray,
+               cal: Mapping[str, Any]) -> dict[str, np.ndarray]:  # fmt: skip
+    """A configuration's time on its offer: the step-time model (timing.job_time) with the offer's overheads."""
+    return with_overheads(job, cfg, timing.job_time(job, cfg, hw, cal["timing"]), offers, offer_idx, nodes, cal)
 
 
 def with_overheads(job: Job, cfg: Configs, t: dict[str, np.ndarray], offers: list[Offer], offer_idx: np.ndarray,

@@ -23,7 +23,7 @@ from optimizer import hosts
 from optimizer.catalog import Catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.errors import InputError, SolverLimitError, did_you_mean
-from optimizer.models import cost, engines, memory, timing
+from optimizer.models import cost, engines, memory
 from optimizer.models.engines import (
     Capabilities,
     OffloadRule,
@@ -371,8 +371,7 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     mem = memory.breakdown(job, cfg, cal["memory"])
     usable = hw.capacity_bytes * (1.0 - scenario.headroom)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = hosts.with_overheads(job, cfg, timing.job_time(job, cfg, hw, cal["timing"]), offers, offer_idx, nodes,
-                                 cal)  # fmt: skip
+        t = hosts.wall_clock(job, cfg, hw, offers, offer_idx, nodes, cal)
     if cal.get("overlay") is not None:  # a user's calibration overlay: a final correction per group (overlay.py)
         arch = np.array([g.arch for g in gpus], dtype=object)[offer_idx]
         mem, t = apply_overlay(cal["overlay"], mem, t, arch, cfg.precision, engines.engine_key(scenario, job),

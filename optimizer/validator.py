@@ -31,7 +31,7 @@ from optimizer import hosts
 from optimizer.catalog import Catalog, resolve_model
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.errors import InputError
-from optimizer.models import memory, timing
+from optimizer.models import memory
 from optimizer.schema import TERM_HOURS, ModelArch, Offload, Precision, Scenario, Term
 from optimizer.schema_catalog import FxFile, Gpu, ModelFile, Offer
 from optimizer.schema_plan import Estimate, Plan
@@ -108,7 +108,7 @@ def recompute(scenario: Scenario, catalog: Catalog, arch: ModelArch, plan: Plan,
     cal = catalog.calibration
     one, nodes = column(0), column(plan.nodes)
     with np.errstate(divide="ignore", invalid="ignore"):  # wall clock with the offer's overheads (hosts.py)
-        arrays = hosts.with_overheads(job, cfg, timing.job_time(job, cfg, hw, cal["timing"]), [offer], one, nodes, cal)
+        arrays = hosts.wall_clock(job, cfg, hw, [offer], one, nodes, cal)
         if plan.capacity == "spot" and hosts.spot_ready(offer) and cal.get("hosts"):
             band = offer.spot.interruptions  # type: ignore[union-attr]
             arrays = hosts.spot_time(arrays, nodes, column(band.mtbi_hours_low, float),  # type: ignore[union-attr]

@@ -28,7 +28,7 @@ from optimizer import hosts, space
 from optimizer.catalog import Catalog, load_catalog
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, column
 from optimizer.errors import InputError
-from optimizer.models import memory, timing
+from optimizer.models import memory
 from optimizer.planner import prepare, solve_scenario, to_estimate
 from optimizer.schema import Checkpointing, ModelArch, Offload, Precision, Scenario, Status
 from optimizer.schema_catalog import Offer
@@ -246,9 +246,7 @@ def _stacked(rows: list[Any]) -> Any:
 
 def _hours(job: Any, cfg: Configs, hw: Any, cal: dict[str, Any], offers: list[Offer], nodes: list[int]) -> np.ndarray:
     """Wall-clock hours: the step-time model plus the offers' overheads (checkpoint saves, start-up by nodes)."""
-    t = timing.job_time(job, cfg, hw, cal["timing"])
-    idx = np.arange(len(offers))
-    return hosts.with_overheads(job, cfg, t, offers, idx, np.array(nodes), cal)["hours"]
+    return hosts.wall_clock(job, cfg, hw, offers, np.arange(len(offers)), np.array(nodes), cal)["hours"]
 
 
 def _evaluate(job: Any, cfgs: list[Configs], hws: list[Any], cal: dict[str, Any],
@@ -444,8 +442,7 @@ def test_vectorised_models_equal_a_loop_of_one_row_calls(seed: int):
         one = np.array([i])
         mem = memory.breakdown(job, ev.cfg.take(one), cal["memory"])
         with np.errstate(divide="ignore", invalid="ignore"):
-            t = timing.job_time(job, ev.cfg.take(one), ev.hw.take(one), cal["timing"])
-            t = hosts.with_overheads(job, ev.cfg.take(one), t, offers, ev.offer_idx[one], ev.nodes[one], cal)
+            t = hosts.wall_clock(job, ev.cfg.take(one), ev.hw.take(one), offers, ev.offer_idx[one], ev.nodes[one], cal)
         assert {k: int(v[0]) for k, v in mem.items()} == {k: int(v[i]) for k, v in ev.mem.items()}
         for key, value in t.items():
             assert value[0] == pytest.approx(ev.time[key][i], rel=1e-12, nan_ok=True), key
