@@ -357,7 +357,8 @@ def accuracy_section(memory: dict[str, Any], time: dict[str, Any]) -> str:
         "  # measured / predicted over reference cases the model was not fitted to. optimizer/models/uncertainty.py",
         "  # scales each plan's memory and compute time by ratio_p10 and ratio_p90. Written by `python bench/loso.py",
         "  # --write` (deterministic); tests/test_uncertainty*.py recompute every figure.",
-        "  # memory: measured / predicted peak, tests/memory_reference_cases.py (held-out / leave-one-source-out)",
+        "  # memory: measured / predicted peak of every measured memory case, leave-one-source-out"
+        " (tests/memory_loso.py)",
         f"  memory: {_flow(memory)}",
         "  # time: predicted / published tokens/s (= real / predicted compute time) of every case of",
         "  #   throughput_cases.yaml and throughput_cases_2.yaml, each predicted with constants fitted on the OTHER",
@@ -380,8 +381,10 @@ def write_calibration(consts: dict[str, Any], memory: dict[str, Any], time: dict
     text = re.sub(r"(?m)^(  link_efficiency: \{.*host: )[0-9.e+-]+", lambda m: m.group(1) + host, text)
     tokens = str(consts["saturation_tokens"])
     text = re.sub(r"(?m)^(  saturation_tokens: )[0-9.e+-]+", lambda m: m.group(1) + tokens, text)
-    head = text[: text.index("\naccuracy:") + 1]
-    write_atomic(CALIBRATION, head + accuracy_section(memory, time))
+    start = text.index("\naccuracy:") + 1
+    after = re.search(r"(?m)^\S", text[start + len("accuracy:"):])  # the next top-level section, if any
+    end = len(text) if after is None else start + len("accuracy:") + after.start()
+    write_atomic(CALIBRATION, text[:start] + accuracy_section(memory, time) + text[end:])
 
 
 def write_doc(doc: Path, table: str) -> None:

@@ -133,6 +133,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         tp=int(c.cfg.tp[i]),
         pp=int(c.cfg.pp[i]),
         dp=int(c.cfg.dp[i]),
+        virtual_pipeline=int(c.time["pipeline_chunks"][i]),
         zero_stage=int(c.cfg.zero_stage[i]),
         offload=OFFLOAD[int(c.cfg.offload[i])],
         micro_batch=int(c.cfg.micro_batch[i]),

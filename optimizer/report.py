@@ -111,8 +111,9 @@ def _plan_line(est: Estimate) -> str:
     p = est.plan
     assert p is not None
     return (
-        f"{p.cards} x {p.gpu} ({p.nodes} node{'s' if p.nodes > 1 else ''}, offer {p.offer}); tp={p.tp} pp={p.pp} "
-        f"dp={p.dp}; ZeRO-{p.zero_stage} offload={p.offload.value}; micro_batch={p.micro_batch} "
+        f"{p.cards} x {p.gpu} ({p.nodes} node{'s' if p.nodes > 1 else ''}, offer {p.offer}); tp={p.tp} pp={p.pp}"
+        + (f" (interleaved, {p.virtual_pipeline} chunks per stage)" if p.virtual_pipeline > 1 else "")
+        + f" dp={p.dp}; ZeRO-{p.zero_stage} offload={p.offload.value}; micro_batch={p.micro_batch} "
         f"grad_accum={p.grad_accum}; {p.precision.value}; {p.optimizer.value}; checkpointing={p.checkpointing.value}"
         + (f"; attention={p.attention.value}" if p.attention else "")
     )

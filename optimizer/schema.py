@@ -461,6 +461,10 @@ class PlanPins(Strict):
     )
     capacity: Literal["on_demand", "spot"] | None = Field(None, description="rent on-demand or spot capacity")
     billed_units: dict[str, int] | None = Field(None, description="ignored on input; present in solver output")
+    virtual_pipeline: Int | None = Field(
+        None, gt=0, le=1024,
+        description="ignored on input (follows pp and the engine); solver output: interleaved chunks per stage",
+    )
     attention: Attention | None = Field(
         None, description="ignored on input (set training.attention); solver output: the kernel run on the GPU"
     )

@@ -22,6 +22,7 @@ class Plan(Strict):
     tp: int
     pp: int
     dp: int
+    virtual_pipeline: int = 1  # interleaved model chunks per pipeline stage (models/pipeline.py)
     zero_stage: int
     offload: Offload
     micro_batch: int

@@ -14,6 +14,7 @@ pruning never removes a plan that a constraint would prefer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,9 +120,14 @@ class Space:
 # ------------------------------------------------------------------------------------------------ job and offers
 
 
-def make_job(scenario: Scenario, arch: Any) -> Job:
-    """The scenario's fixed quantities (architecture, method, software, sequence, batch, data)."""
+def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any] | None = None) -> Job:
+    """The scenario's fixed quantities (architecture, method, software, sequence, batch, data).
+
+    From ``calibration`` (catalogs/calibration.yaml) the engine's facts that every model reads: the most
+    interleaved pipeline chunks it launches (``frameworks.pipeline_chunks``; 1 without a calibration).
+    """
     t = scenario.training
+    chunks = ((calibration or {}).get("frameworks", {}).get("pipeline_chunks", {}) or {}).get(t.framework.value, 1)
     return Job(
         arch=arch,
         method=scenario.method,
@@ -138,6 +144,7 @@ def make_job(scenario: Scenario, arch: Any) -> Job:
         compile=t.compile,
         activation_offload=t.activation_offload,
         optimizer_in_backward=t.optimizer_in_backward,
+        pipeline_chunks=int(chunks),
     )
 
 
@@ -415,7 +422,7 @@ def enumerate_all(
     rules (reference cases stand a run of another stack, e.g. torchtitan at tp 8, by the framework whose defaults
     match; the rules say what ftopt may propose and launch, not what was run).
     """
-    job = make_job(scenario, arch)
+    job = make_job(scenario, arch, catalog.calibration)
     offers = pinned_offers(scenario, catalog, source)
     gpus = [catalog.gpus[o.gpu] for o in offers]
     if replay:

@@ -67,15 +67,19 @@ class Recomputed:
 # ------------------------------------------------------------------------------------------------ rebuilding
 
 
-def job_of(scenario: Scenario, arch: ModelArch) -> Job:
-    """The scenario's fixed quantities; base weights 16-bit for full and LoRA, 4-bit for QLoRA unless given."""
+def job_of(scenario: Scenario, arch: ModelArch, calibration: dict[str, Any]) -> Job:
+    """The scenario's fixed quantities; base weights 16-bit for full and LoRA, 4-bit for QLoRA unless given.
+
+    The engine's most interleaved pipeline chunks come from calibration ``frameworks.pipeline_chunks``.
+    """
     t = scenario.training
+    chunks = calibration["frameworks"]["pipeline_chunks"][t.framework.value]
     return Job(arch=arch, method=scenario.method, lora=scenario.lora_spec, framework=t.framework,
                sharding=t.sharding, attention=t.attention, loss=t.loss, base_bits=scenario.frozen_base_bits,
                seq_len=scenario.seq_len, global_batch=scenario.global_batch,
                total_tokens=scenario.tokens_processed, checkpoint_every_hours=t.checkpoint_every_hours,
                compile=t.compile, activation_offload=t.activation_offload,
-               optimizer_in_backward=t.optimizer_in_backward)  # fmt: skip
+               optimizer_in_backward=t.optimizer_in_backward, pipeline_chunks=int(chunks))  # fmt: skip
 
 
 def config_of(plan: Plan) -> Configs:
@@ -101,7 +105,7 @@ def hardware_of(gpu: Gpu, offer: Offer, cards: int, nodes: int, precision: Preci
 
 def recompute(scenario: Scenario, catalog: Catalog, arch: ModelArch, plan: Plan, gpu: Gpu, offer: Offer) -> Recomputed:
     """Memory, time and bill of the plan, evaluated on one row with the pure models."""
-    job = job_of(scenario, arch)
+    job = job_of(scenario, arch, catalog.calibration)
     cfg = config_of(plan)
     hw = hardware_of(gpu, offer, plan.cards, plan.nodes, plan.precision, catalog.calibration["timing"])
     mem = {k: int(v[0]) for k, v in memory.breakdown(job, cfg, catalog.calibration["memory"]).items()}
@@ -336,6 +340,9 @@ def _model_rules(est: Estimate, sc: Scenario, r: Recomputed) -> list[str]:
             out.append(f"time.{key} = {got} but recomputed {want}")
     if t.steps != r.steps:
         out.append(f"time.steps = {t.steps} but recomputed {r.steps}")
+    chunks = int(r.time["pipeline_chunks"])
+    if est.plan is not None and est.plan.virtual_pipeline != chunks:
+        out.append(f"plan.virtual_pipeline = {est.plan.virtual_pipeline} but the engine launches {chunks}")
     if not math.isfinite(r.time["hours"]):
         return [*out, f"time.hours is not finite ({r.time['hours']}): the layout cannot run"]
     deadline_h = r.time["hours"] + r.time.get("deadline_margin_hours", 0.0)  # spot: pessimistic end of the band

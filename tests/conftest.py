@@ -97,7 +97,7 @@ def timing_inputs(catalog: Any, gpu: str = "A100-80G", cards: Any = 1, *, tp: An
     from optimizer.space import hardware, make_job
 
     sc = Scenario.model_validate(scenario_doc(**scenario_changes))
-    job = make_job(sc, resolve_model(sc, catalog))
+    job = make_job(sc, resolve_model(sc, catalog), catalog.calibration)
     spec = catalog.gpus[gpu].model_copy(update=gpu_changes or {})
     need = int(np.max(cards))
     offer = next(o for o in catalog.offers if o.gpu == gpu and o.cards_per_node * o.max_nodes >= need)

@@ -26,7 +26,7 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
     "yamlio": 1, "configs": 1,
     "launch_common": 1, "ds_config": 1, "fsdp_args": 1, "hf_args": 2, "torchtune_cfg": 2, "nemo_cfg": 2,
     "llamafactory_cfg": 3, "by_engine": 4,
-    "catalog": 2, "engines": 3, "activations": 2, "measure": 2, "overlay": 2,
+    "catalog": 2, "engines": 3, "activations": 2, "pipeline": 2, "measure": 2, "overlay": 2,
     "importers": 3,
     "memory": 3, "timing": 3, "cost": 3, "comm": 3, "overheads": 3, "interruptions": 3, "import_skypilot": 3,
     "space": 4, "uncertainty": 4, "hosts": 4,
@@ -43,7 +43,8 @@ SAME_LAYER = {
     ("schema_catalog", "schema"), ("schema_plan", "schema"), ("schema_portfolio", "schema"), ("timing", "memory"),
     ("batch", "pareto"), ("report_front", "report"), ("report_portfolio", "report"), ("probe", "calibrate"),
     ("report", "report_measure"), ("cli", "cli_measure"), ("cli", "cli_portfolio"), ("timing", "comm"),
-    ("comm", "memory"), ("explain", "explain_relax"), ("overheads", "memory"), ("space", "hosts"),
+    ("activations", "pipeline"), ("comm", "memory"), ("explain", "explain_relax"), ("overheads", "memory"),
+    ("space", "hosts"),
     ("report", "report_offer"),
 }  # fmt: skip
 TERMINAL = {"click", "rich"}  # user-interface libraries: report modules and cli only

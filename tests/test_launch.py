@@ -246,6 +246,28 @@ def test_nemo_zero_stages_and_offload_write_the_megatron_keys():
     assert nemo(zero_stage=0, offload="none")["ddp"] == {"use_distributed_optimizer": False}
 
 
+def test_nemo_launches_the_interleaved_schedule_the_time_model_priced():
+    """virtual_pipeline_model_parallel_size is the plan's virtual_pipeline (NeMo 2 MegatronStrategy), absent for
+    plain 1F1B or no pipeline."""
+    sc = _scenario("full", framework="nemo")
+    strategy = launch_settings(sc, _plan(pp=2, dp=8, virtual_pipeline=8), cards_per_node=8)["nemo"]["strategy"]
+    assert strategy == {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2,
+                        "virtual_pipeline_model_parallel_size": 8}  # fmt: skip
+    plain = launch_settings(sc, _plan(pp=2, dp=8), cards_per_node=8)["nemo"]["strategy"]
+    assert "virtual_pipeline_model_parallel_size" not in plain
+
+
+def test_a_solved_nemo_pipeline_plan_reports_and_launches_its_chunks(write_scenario):
+    """End to end: a pinned pp 2 under nemo on Llama-3.1-8B (32 layers, 16 per stage) is priced and launched with
+    8 chunks per stage."""
+    doc = scenario_doc(method="full", lora=None, training={"framework": "nemo", "optimizer": "adamw"},
+                       plan={"gpu": "H100-SXM", "cards": 8, "tp": 2, "pp": 2})  # fmt: skip
+    est = solve_scenario(write_scenario(doc=doc)).best
+    assert est.plan is not None and est.plan.pp == 2 and est.plan.virtual_pipeline == 8
+    nemo = launch_settings(Scenario(**doc), est.plan, cards_per_node=8)["nemo"]
+    assert nemo["strategy"]["virtual_pipeline_model_parallel_size"] == 8
+
+
 def test_torchtune_keys_carry_the_scenario_and_the_plan():
     """Recipe keys of torchtune's distributed recipes: fsdp_reshard_after_forward False is SHARD_GRAD_OP, and the
     scenario's compile / activation offloading / optimizer-in-backward settings the plan was priced with."""

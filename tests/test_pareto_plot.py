@@ -14,10 +14,15 @@ pytest.importorskip("matplotlib")
 
 
 @pytest.fixture(scope="module")
-def lora_figure():
+def lora_front():
+    return pareto_scenario(REPO / "scenarios/7b-lora.yaml")
+
+
+@pytest.fixture(scope="module")
+def lora_figure(lora_front):
     from optimizer.report_front import front_figure
 
-    fig = front_figure(pareto_scenario(REPO / "scenarios/7b-lora.yaml"))
+    fig = front_figure(lora_front)
     fig.canvas.draw()
     return fig
 
@@ -32,11 +37,12 @@ def test_log_axes_say_so_and_tick_in_plain_numbers(lora_figure):
     assert "1" in ticks and not any("10^" in t or "$" in t for t in ticks)
 
 
-def test_point_labels_do_not_overlap(lora_figure):
+def test_point_labels_do_not_overlap(lora_figure, lora_front):
     ax = lora_figure.axes[0]
     renderer = lora_figure.canvas.get_renderer()
     boxes = [t.get_window_extent(renderer) for t in ax.texts]
-    assert len(boxes) >= 12  # most of the 18 points keep their label
+    points = len(lora_front.hours)
+    assert points >= 8 and len(boxes) >= 2 * points / 3  # a real front, and most of its points keep their label
     assert not [(a, b) for a, b in itertools.combinations(boxes, 2) if a.overlaps(b)]
 
 

@@ -276,7 +276,7 @@ def _host_ram_ok(offer: Offer, cards: int, offload: int, cal: dict[str, Any]) ->
 def oracle_points(sc: Scenario, catalog: Catalog, arch: ModelArch, currency: str) -> list[Point]:
     """Every configuration that fits in memory, with its exact cost in cents of ``currency`` (rounded up) and its
     time in seconds (rounded up). The configurations come from plain loops."""
-    job = job_of(sc, arch)
+    job = job_of(sc, arch, catalog.calibration)
     cal = catalog.calibration
     rows: list[tuple[Offer, int, int]] = []
     cfgs: list[Configs] = []

@@ -4,6 +4,8 @@ collective latencies at scale, engine overlaps, fp8 casts, bounded overlap. Numb
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -26,12 +28,43 @@ def test_tensor_parallel_shard_keeps_the_gemm_rows(catalog):
 
 
 def test_interleaving_divides_the_bubble_by_the_chunks(catalog):
-    # p = 4, m = 8: 1F1B (p-1)/m = 3/8; two chunks per stage: 3/16 (Narayanan et al. 2021 section 2.2.2)
+    # Llama-3.1-8B, 32 layers, p = 4, m = 8: 1F1B (p-1)/m = 3/8; nemo interleaves the 8 layers of a stage into
+    # v = 8 chunks (the largest divisor of 8 up to the cap of 8): 3/64 (Narayanan et al. 2021 section 2.2.2)
     job, cfg, _, k = timing_inputs(catalog, "H100-SXM", 4, pp=4, global_batch=8, **NEMO)
-    assert cfg.grad_accum[0] == 8
-    assert timing.bubble_fraction(job, cfg, k)[0] == pytest.approx(3 / 8)
-    chunks = {**k, "pipeline_chunks": {**k["pipeline_chunks"], "nemo": 2}}
-    assert timing.bubble_fraction(job, cfg, chunks)[0] == pytest.approx(3 / 16)
+    assert job.arch.layers == 32 and cfg.grad_accum[0] == 8
+    assert timing.pipeline_chunks(job, cfg)[0] == 8
+    assert timing.bubble_fraction(job, cfg, k)[0] == pytest.approx(3 / 64)
+    plain = replace(job, pipeline_chunks=1)
+    assert timing.bubble_fraction(plain, cfg, k)[0] == pytest.approx(3 / 8)
+
+
+def test_chunks_divide_the_layers_of_a_stage_evenly(catalog):
+    # 32 layers: pp 2 -> 16 per stage, largest divisor <= 8 is 8; pp 8 -> 4 per stage -> 4; pp 3 does not divide
+    # 32 -> 1F1B; pp 1 -> no pipeline. A cap of 6: 16 per stage -> 4 (Megatron needs equal virtual stages).
+    job, cfg, _, k = timing_inputs(catalog, "H100-SXM", 24, pp=[2, 8, 3, 1], **NEMO)
+    assert timing.pipeline_chunks(job, cfg).tolist() == [8, 4, 1, 1]
+    assert timing.pipeline_chunks(replace(job, pipeline_chunks=6), cfg).tolist() == [4, 4, 1, 1]
+
+
+def test_interleaving_sends_v_times_the_boundary_bytes_and_megatron_hides_them(catalog):
+    # v chunks cross v x the stage boundaries; Megatron overlaps them with compute only when interleaved
+    job, cfg, hw, k = timing_inputs(catalog, "H100-SXM", 16, pp=2, tp=8, **NEMO)
+    sends = comm.pp_seconds(job, cfg, hw, k)
+    none = np.zeros(1)
+    assert timing.pipeline_p2p_seconds(replace(job, pipeline_chunks=1), cfg, hw, k, none)[0] == pytest.approx(sends[0])
+    assert timing.pipeline_p2p_seconds(job, cfg, hw, k, none)[0] == pytest.approx(8 * sends[0])
+    assert timing.pipeline_p2p_seconds(job, cfg, hw, k, np.array([8 * sends[0]]))[0] == 0.0
+
+
+def test_an_interleaved_first_stage_holds_more_activations(catalog):
+    # p = 2, m = 8 >= p: 1F1B holds 2 micro-batches of 16 layers; interleaved with v = 8 chunks 1 + 1/16 times that
+    # (Korthikanti et al. 2022 section 4.2.3)
+    from optimizer.models.activations import activation_bytes
+
+    job, cfg, _, _ = timing_inputs(catalog, "H100-SXM", 2, pp=2, global_batch=8, **NEMO)
+    mem = catalog.calibration["memory"]
+    ratio = activation_bytes(job, cfg, mem)[0] / activation_bytes(replace(job, pipeline_chunks=1), cfg, mem)[0]
+    assert ratio == pytest.approx(1 + 1 / 16, rel=1e-9)
 
 
 def test_ring_latency_pays_the_network_only_at_node_crossings():

@@ -91,6 +91,7 @@ def _variants() -> dict[str, dict[str, Any]]:
     out["nemo-fp16"] = _variant("nemo", precision="fp16", **_A100)
     out["nemo-lora"] = _variant("nemo", "lora", cards=1)
     out["nemo-2nodes"] = _variant("nemo", cards=16, tp=8)
+    out["nemo-pp2-interleaved"] = _variant("nemo", tp=2, pp=2, zero_stage=1, offload="none")
     return out
 
 

@@ -28,6 +28,7 @@ def test_transformer_config_accepts_the_model_settings(name):
         num_attention_heads=arch.heads, num_query_groups=arch.kv_heads,
         tensor_model_parallel_size=nemo["strategy"]["tensor_model_parallel_size"],
         pipeline_model_parallel_size=nemo["strategy"]["pipeline_model_parallel_size"],
+        virtual_pipeline_model_parallel_size=nemo["strategy"].get("virtual_pipeline_model_parallel_size"),
         bf16=nemo["precision"] == "bf16-mixed", fp16=nemo["precision"] == "16-mixed", **keys,
     )  # fmt: skip
     assert cfg.tensor_model_parallel_size == case.plan.tp

@@ -93,8 +93,11 @@ def lora_peft(scenario: Scenario) -> dict[str, Any] | None:
 def nemo_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[dict[str, Any], list[str]]:
     """NeMo 2 settings (strategy, model, DDP, optimizer, data, precision, LoRA), the command and notes."""
     notes: list[str] = []
+    strategy: dict[str, Any] = {"tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp}
+    if plan.virtual_pipeline > 1:  # the interleaved schedule the time model priced (models/pipeline.py)
+        strategy["virtual_pipeline_model_parallel_size"] = plan.virtual_pipeline
     keys: dict[str, Any] = {
-        "strategy": {"tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp},
+        "strategy": strategy,
         "transformer_config": transformer_config(scenario, plan),
         "ddp": ddp_config(plan),
         "optimizer": optimizer_config(plan),

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from optimizer.configs import CHECKPOINTING, Configs, Job
+from optimizer.models.pipeline import pipeline_chunks
 from optimizer.schema import Attention, Checkpointing, Loss, Method
 
 _CK_NONE, _CK_SEL = CHECKPOINTING.index(Checkpointing.none), CHECKPOINTING.index(Checkpointing.selective)
@@ -103,7 +104,9 @@ def activation_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.nd
     layer being recomputed (Korthikanti section 4.1; formulas.md section 4.4). selective: T x (f x c_layer x L_loc
     + (1 - f) x c_layer), keeping a fraction f = ``selective_keep_fraction`` of each layer (torchtitan's per-op
     policy saves the attention outputs and every other matmul output) and recomputing the rest of one layer.
-    With 1F1B pipelining the first stage holds min(p, GA) micro-batches of L/p layers (Narayanan et al. 2021).
+    With 1F1B pipelining the first stage holds min(p, GA) micro-batches of L/p layers (Narayanan et al. 2021); the
+    interleaved schedule with v chunks per stage (optimizer/models/pipeline.py) holds 1 + (p - 1) / (p v) times
+    that (Korthikanti et al. 2022, arXiv 2205.05198, section 4.2.3).
     Activation offloading (``training.activation_offload``; torchtune OffloadActivations, formulas.md section 4.4
     "moves the saved inputs to the CPU") keeps only the layer being computed on the GPU, T x c_layer, whatever the
     checkpointing; the rest lives in pinned host RAM (the prefetched next layer's inputs, 2hT, are neglected).
@@ -112,6 +115,8 @@ def activation_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.nd
     """
     tokens = _f(cfg.micro_batch * job.seq_len)
     layers_local = job.arch.layers / _f(cfg.pp) * _f(np.minimum(cfg.pp, np.maximum(cfg.grad_accum, 1)))
+    v = _f(pipeline_chunks(job, cfg))
+    layers_local = layers_local * np.where(v > 1, 1.0 + (cfg.pp - 1) / (cfg.pp * v), 1.0)
     per_layer = activation_bytes_per_token_layer(job, cfg, consts)
     keep_input = 2.0 * job.arch.hidden / _f(cfg.tp)
     frac = float(consts["selective_keep_fraction"])

@@ -31,6 +31,7 @@ import numpy as np
 from optimizer.configs import CHECKPOINTING, OFFLOAD, PRECISION, Configs, Hardware, Job
 from optimizer.models import comm
 from optimizer.models.memory import linear_params, trainable_params
+from optimizer.models.pipeline import pipeline_chunks
 from optimizer.schema import Attention, Checkpointing, Method, Offload, Precision
 
 _CK_NONE, _CK_SEL, _CK_FULL = (CHECKPOINTING.index(c) for c in Checkpointing)
@@ -230,12 +231,27 @@ def bubble_fraction(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.nda
     """Pipeline bubble as a fraction of the m micro-batches' time, (n,): (p - 1) / (v m).
 
     1F1B (v = 1) idles p - 1 micro-batch slots per step; the interleaved schedule with v model chunks per stage
-    divides that by v (Narayanan et al. 2021, arXiv 2104.04473, sections 2.2.1-2.2.2). v per engine is
-    ``pipeline_chunks`` (engines that default to plain 1F1B: 1).
+    divides that by v (Narayanan et al. 2021, arXiv 2104.04473, sections 2.2.1-2.2.2); v from
+    :func:`pipeline_chunks`.
     """
-    v = float(consts["pipeline_chunks"][job.framework.value])
+    v = pipeline_chunks(job, cfg).astype(np.float64)
     m = np.maximum(cfg.grad_accum, 1).astype(np.float64)
     return (cfg.pp - 1) / (v * m)
+
+
+def pipeline_p2p_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any],
+                         hidden: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Exposed pipeline point-to-point time of one micro-batch, seconds, (n,).
+
+    The interleaved schedule crosses v x as many stage boundaries, so it sends v x the bytes (Narayanan et al.
+    2021 section 2.2.2: "the amount of communication also increases by v"). Megatron overlaps those sends with the
+    next chunk's compute, and only under the interleaved schedule (``overlap_p2p_comm``, on by default; forced off
+    for 1F1B in megatron/training/arguments.py): behind at most ``comm_overlap`` of the compute, like every
+    collective here. Plain 1F1B sends on the critical path.
+    """
+    v = pipeline_chunks(job, cfg).astype(np.float64)
+    sends = comm.pp_seconds(job, cfg, hw, consts) * v
+    return np.where(v > 1, np.maximum(0.0, sends - hidden), sends)
 
 
 def step_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
@@ -256,7 +272,7 @@ def step_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]
         + dequant_seconds(job, cfg, hw, consts)  # NF4 dequantisation
         + (1.0 - tp_hidden) * comm_s["tp"]  # tensor-parallel collectives on the critical path
         + np.maximum(0.0, comm_s["zero"] - hidden)  # ZeRO-2/3 collectives behind compute
-        + comm_s["pp"]  # activations sent between pipeline stages
+        + pipeline_p2p_seconds(job, cfg, hw, consts, hidden)  # activations sent between pipeline stages
         + param_offload_seconds(job, cfg, hw)  # parameters streamed from the host
     )
     m = np.maximum(cfg.grad_accum, 1).astype(np.float64)
@@ -273,7 +289,10 @@ def step_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]
 
 
 def job_time(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """step_seconds, tokens_per_second (whole job), mfu, hours (with load and checkpoint overheads), (n,) each.
+    """step_seconds, tokens_per_second, mfu, hours and pipeline_chunks of each configuration, (n,) each.
+
+    tokens_per_second is the whole job's; hours include load and checkpoint overheads; pipeline_chunks is the
+    interleaved chunks per stage the plan launches with (:func:`pipeline_chunks`).
 
     tokens/s = global_batch x s / step; MFU = model FLOPs per token x tokens/s / (cards x dense bf16 peak);
     hours = (steps x step + saves x c_save x 2 P / 1e9 + startup) / 3600, with a save every
@@ -289,4 +308,5 @@ def job_time(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) ->
     saves = np.floor(train_s / 3600.0 / every_h) + 1.0
     save_s = saves * float(consts["checkpoint_seconds_per_gb"]) * job.arch.total_params * 2.0 / 1e9
     hours = (train_s + save_s + float(consts["startup_seconds"])) / 3600.0
-    return {"step_seconds": step, "tokens_per_second": tps, "mfu": mfu, "hours": hours}
+    chunks = pipeline_chunks(job, cfg)
+    return {"step_seconds": step, "tokens_per_second": tps, "mfu": mfu, "hours": hours, "pipeline_chunks": chunks}
