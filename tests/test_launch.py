@@ -252,9 +252,13 @@ def test_nemo_launches_the_interleaved_schedule_the_time_model_priced():
     sc = _scenario("full", framework="nemo")
     strategy = launch_settings(sc, _plan(pp=2, dp=8, virtual_pipeline=8), cards_per_node=8)["nemo"]["strategy"]
     assert strategy == {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2,
-                        "virtual_pipeline_model_parallel_size": 8}  # fmt: skip
+                        "pipeline_dtype": "bfloat16", "virtual_pipeline_model_parallel_size": 8}  # fmt: skip
     plain = launch_settings(sc, _plan(pp=2, dp=8), cards_per_node=8)["nemo"]["strategy"]
-    assert "virtual_pipeline_model_parallel_size" not in plain
+    assert "virtual_pipeline_model_parallel_size" not in plain and plain["pipeline_dtype"] == "bfloat16"
+    # megatron-core needs pipeline_dtype for pp > 1 (ModelParallelConfig.__post_init__); not without a pipeline
+    assert "pipeline_dtype" not in launch_settings(sc, _plan(), cards_per_node=8)["nemo"]["strategy"]
+    fp16 = launch_settings(sc, _plan(pp=2, dp=8, precision="fp16"), cards_per_node=8)["nemo"]["strategy"]
+    assert fp16["pipeline_dtype"] == "float16"
 
 
 def test_a_solved_nemo_pipeline_plan_reports_and_launches_its_chunks(write_scenario):

@@ -15,6 +15,7 @@ NEMO = ids_for("nemo")
 
 @pytest.mark.parametrize("name", NEMO)
 def test_transformer_config_accepts_the_model_settings(name):
+    import torch
     from megatron.core.transformer import TransformerConfig
     from megatron.core.transformer.enums import AttnBackend
 
@@ -23,15 +24,18 @@ def test_transformer_config_accepts_the_model_settings(name):
     keys = dict(nemo["transformer_config"])
     keys["attention_backend"] = AttnBackend[keys["attention_backend"]]
     arch = case.model
+    dtype = nemo["strategy"].get("pipeline_dtype")  # megatron-core raises for pp > 1 without it
     cfg = TransformerConfig(
         num_layers=arch.layers, hidden_size=arch.hidden, ffn_hidden_size=arch.intermediate,
         num_attention_heads=arch.heads, num_query_groups=arch.kv_heads,
         tensor_model_parallel_size=nemo["strategy"]["tensor_model_parallel_size"],
         pipeline_model_parallel_size=nemo["strategy"]["pipeline_model_parallel_size"],
         virtual_pipeline_model_parallel_size=nemo["strategy"].get("virtual_pipeline_model_parallel_size"),
+        pipeline_dtype=getattr(torch, dtype) if dtype else None,
         bf16=nemo["precision"] == "bf16-mixed", fp16=nemo["precision"] == "16-mixed", **keys,
     )  # fmt: skip
     assert cfg.tensor_model_parallel_size == case.plan.tp
+    assert cfg.virtual_pipeline_model_parallel_size == nemo["strategy"].get("virtual_pipeline_model_parallel_size")
 
 
 @pytest.mark.parametrize("name", NEMO)

@@ -24,6 +24,11 @@ NEMO_PRECISION = {
     Precision.fp32: "32",
     Precision.fp8: "bf16-mixed",
 }
+# ModelParallelConfig pipeline_dtype (the dtype of the activations sent between stages; megatron-core raises "When
+# using pipeline parallelism, pipeline_dtype must be specified" for pp > 1 without it), as the torch dtype's name:
+# NeMo 2 MegatronStrategy(pipeline_dtype=torch.<name>). fp8 runs on bf16 activations.
+PIPELINE_DTYPE = {Precision.bf16: "bfloat16", Precision.fp16: "float16", Precision.fp32: "float32",
+                  Precision.fp8: "bfloat16"}  # fmt: skip
 # TransformerConfig attention_backend (megatron/core/transformer/enums.py AttnBackend): Megatron has no torch-SDPA
 # path, so sdpa leaves the choice to Megatron (auto); eager is its unfused PyTorch attention
 ATTENTION_BACKEND = {Attention.flash: "flash", Attention.sdpa: "auto", Attention.eager: "unfused"}
@@ -94,6 +99,9 @@ def nemo_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[
     """NeMo 2 settings (strategy, model, DDP, optimizer, data, precision, LoRA), the command and notes."""
     notes: list[str] = []
     strategy: dict[str, Any] = {"tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp}
+    if plan.pp > 1:
+        strategy["pipeline_dtype"] = PIPELINE_DTYPE[plan.precision]
+        notes.append(f"pipeline_dtype is the name of a torch dtype: pass torch.{PIPELINE_DTYPE[plan.precision]}")
     if plan.virtual_pipeline > 1:  # the interleaved schedule the time model priced (models/pipeline.py)
         strategy["virtual_pipeline_model_parallel_size"] = plan.virtual_pipeline
     keys: dict[str, Any] = {
