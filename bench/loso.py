@@ -381,10 +381,9 @@ def write_calibration(consts: dict[str, Any], memory: dict[str, Any], time: dict
     text = re.sub(r"(?m)^(  link_efficiency: \{.*host: )[0-9.e+-]+", lambda m: m.group(1) + host, text)
     tokens = str(consts["saturation_tokens"])
     text = re.sub(r"(?m)^(  saturation_tokens: )[0-9.e+-]+", lambda m: m.group(1) + tokens, text)
-    start = text.index("\naccuracy:") + 1
-    after = re.search(r"(?m)^\S", text[start + len("accuracy:"):])  # the next top-level section, if any
-    end = len(text) if after is None else start + len("accuracy:") + after.start()
-    write_atomic(CALIBRATION, text[:start] + accuracy_section(memory, time) + text[end:])
+    # the accuracy section runs to the next top-level key (hosts:, ...) or the end of the file
+    text = re.sub(r"(?ms)^accuracy:\n.*?(?=^\S|\Z)", lambda _: accuracy_section(memory, time), text, count=1)
+    write_atomic(CALIBRATION, text)
 
 
 def write_doc(doc: Path, table: str) -> None:

@@ -120,14 +120,14 @@ class Space:
 # ------------------------------------------------------------------------------------------------ job and offers
 
 
-def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any] | None = None) -> Job:
+def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any]) -> Job:
     """The scenario's fixed quantities (architecture, method, software, sequence, batch, data).
 
     From ``calibration`` (catalogs/calibration.yaml) the engine's facts that every model reads: the most
-    interleaved pipeline chunks it launches (``frameworks.pipeline_chunks``; 1 without a calibration).
+    interleaved pipeline chunks it launches (``frameworks.pipeline_chunks``).
     """
     t = scenario.training
-    chunks = ((calibration or {}).get("frameworks", {}).get("pipeline_chunks", {}) or {}).get(t.framework.value, 1)
+    chunks = calibration["frameworks"]["pipeline_chunks"][t.framework.value]
     return Job(
         arch=arch,
         method=scenario.method,

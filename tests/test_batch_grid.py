@@ -90,7 +90,7 @@ def _loop_grid(scenario, job, lays, gpus):
 )
 def test_vectorised_grid_equals_the_loops(catalog, changes):
     sc = Scenario.model_validate(scenario_doc(**changes))
-    job = make_job(sc, resolve_model(sc, catalog))
+    job = make_job(sc, resolve_model(sc, catalog), catalog.calibration)
     offers = pinned_offers(sc, catalog, "test")
     gpus = [catalog.gpus[o.gpu] for o in offers]
     lays = layouts(sc, job, offers, gpus)

@@ -82,7 +82,7 @@ def test_nemo_offloads_the_optimizer_under_the_distributed_optimizer_only(write_
 def test_engine_missing_from_offload_modes_keeps_every_pair(write_scenario, catalog):
     path = write_scenario(training=_training("nemo"))
     sc = load_scenario(path)
-    job = make_job(sc, resolve_model(sc, catalog, path))
+    job = make_job(sc, resolve_model(sc, catalog, path), catalog.calibration)
     assert engine_key(sc, job) == "nemo"
     frameworks = {**catalog.calibration["frameworks"], "offload_modes": {}}
     bare = dataclasses.replace(catalog, calibration={**catalog.calibration, "frameworks": frameworks})

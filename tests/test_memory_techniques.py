@@ -133,7 +133,8 @@ def test_new_settings_default_off_in_a_scenario_and_activation_offload_keeps_one
     from .conftest import scenario_doc
 
     sc = Scenario.model_validate(scenario_doc(training={"framework": "torchtune"}))
-    built = make_job(sc, resolve_model(sc, load_catalog()))
+    catalog = load_catalog()
+    built = make_job(sc, resolve_model(sc, catalog), catalog.calibration)
     assert (built.compile, built.activation_offload, built.optimizer_in_backward) == (False, False, False)
     # and turning activation offload on leaves one layer's activations, T x c_layer, on the GPU: 1/L of the
     # no-checkpointing activations (L = 32 for Llama-2-7B)

@@ -100,8 +100,8 @@ def nemo_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[
     notes: list[str] = []
     strategy: dict[str, Any] = {"tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp}
     if plan.pp > 1:
-        strategy["pipeline_dtype"] = PIPELINE_DTYPE[plan.precision]
-        notes.append(f"pipeline_dtype is the name of a torch dtype: pass torch.{PIPELINE_DTYPE[plan.precision]}")
+        dtype = strategy["pipeline_dtype"] = PIPELINE_DTYPE[plan.precision]
+        notes.append(f"pipeline_dtype is the name of a torch dtype: pass torch.{dtype}")
     if plan.virtual_pipeline > 1:  # the interleaved schedule the time model priced (models/pipeline.py)
         strategy["virtual_pipeline_model_parallel_size"] = plan.virtual_pipeline
     keys: dict[str, Any] = {
