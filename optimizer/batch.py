@@ -406,10 +406,11 @@ def run_batch(
         _stream(todo, output, fmt, n_workers, backend, address, settings, fresh, on_row, calibration)
     except KeyboardInterrupt:
         interrupted = True
-    mine = [r for r in final_rows(kept + fresh) if os.path.realpath(str(r["scenario"])) in wanted]
-    counts = {s: sum(1 for r in mine if r["status"] == s) for s in STATUSES}
-    return BatchSummary(len(paths), len(paths) - len(todo), len(fresh), mine, time.perf_counter() - t0,
-                        interrupted, counts)  # fmt: skip
+    with sigint_ignored():  # every row is in: a late Ctrl-C must not lose the summary of them
+        mine = [r for r in final_rows(kept + fresh) if os.path.realpath(str(r["scenario"])) in wanted]
+        counts = {s: sum(1 for r in mine if r["status"] == s) for s in STATUSES}
+        return BatchSummary(len(paths), len(paths) - len(todo), len(fresh), mine, time.perf_counter() - t0,
+                            interrupted, counts)  # fmt: skip
 
 
 def _stream(todo: list[str], output: str | Path | None, fmt: str, workers: int, backend: Backend,

@@ -220,16 +220,23 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
 def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, backend: str, address: str | None,
           time_limit: float, strict: bool, calibration: str | None) -> None:  # fmt: skip
     """Solve every scenario in SCENARIOS (files, folders, globs); one result row per scenario."""
-    from optimizer.batch import Backend, expand, output_format, run_batch
+    from optimizer.batch import Backend, BatchSummary, expand, output_format, run_batch, sigint_ignored
 
     paths = expand(scenarios)
     if output:
         output_format(output)
     err = Console(stderr=True)
-    with report_batch.batch_progress(err) as (on_start, on_row):
-        summary = run_batch(paths, output, workers, Backend(backend), address, SolverSettings(time_limit_s=time_limit),
-                            on_start, on_row, calibration)  # fmt: skip
-    report_batch.print_batch_summary(summary, output, report.console() if output is None else err)
+    summary: BatchSummary | None = None
+    try:
+        with report_batch.batch_progress(err) as (on_start, on_row):
+            summary = run_batch(paths, output, workers, Backend(backend), address,
+                                SolverSettings(time_limit_s=time_limit), on_start, on_row, calibration)  # fmt: skip
+    except KeyboardInterrupt:
+        if summary is None:  # before run_batch took charge of Ctrl-C: nothing was solved
+            raise
+        # Ctrl-C after the last row: the batch is complete and ends as a complete one, summary included
+    with sigint_ignored():
+        report_batch.print_batch_summary(summary, output, report.console() if output is None else err)
     if summary.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     _no_plan_unless(not strict or not (summary.counts.get("error") or summary.counts.get("infeasible")))

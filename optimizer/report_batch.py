@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from optimizer.batch import BatchSummary
+from optimizer.batch import BatchSummary, sigint_ignored
 
 # ------------------------------------------------------------------------------------------------ batch
 
@@ -51,8 +51,12 @@ def batch_progress(console: Console) -> Iterator[tuple[Callable[[int, int], None
         bar.update(state["task"], advance=1)
         bar.refresh()
 
-    with bar:
+    bar.start()
+    try:
         yield on_start, on_row
+    finally:
+        with sigint_ignored():  # the terminal is restored even when Ctrl-C comes as the bar closes
+            bar.stop()
 
 
 def batch_table(rows: list[dict[str, Any]]) -> Table:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -199,6 +200,36 @@ def test_batch_cli_without_output_prints_a_table(run_cli, folder: Path):
     res = run_cli("batch", folder / "a-7b-qlora.yaml")
     assert res.exit_code == 0, res.output
     assert "Batch results" in res.stdout and "optimal" in res.stdout
+
+
+def test_ctrl_c_after_the_last_row_still_prints_the_summary(run_cli, folder: Path, monkeypatch):
+    """A Ctrl-C that lands once every row is in (as the bar closes) ends the batch as a complete one."""
+    from optimizer import report_batch
+
+    real = report_batch.batch_progress
+
+    @contextlib.contextmanager
+    def late_interrupt(console):
+        with real(console) as hooks:
+            yield hooks
+            raise KeyboardInterrupt  # run_batch has returned: this is the window a real Ctrl-C can hit
+
+    monkeypatch.setattr(report_batch, "batch_progress", late_interrupt)
+    out = folder / "results.jsonl"
+    res = run_cli("batch", folder / "a-7b-qlora.yaml", "-o", out)
+    assert res.exit_code == 0, res.output
+    assert len(_lines(out)) == 1
+    assert "Done: 1 scenarios (1 optimal); solved 1 in" in " ".join(res.stderr.split())
+
+
+def test_ctrl_c_before_the_batch_starts_is_one_line_and_130(run_cli, folder: Path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(batch, "run_batch", interrupted)
+    res = run_cli("batch", folder / "a-7b-qlora.yaml", "-o", folder / "results.jsonl")
+    assert res.exit_code == 130
+    assert res.stderr.strip().endswith("ftopt: interrupted") and "Traceback" not in res.stderr
 
 
 def test_batch_cli_rejects_a_missing_input_in_one_line(run_cli, tmp_path: Path):
