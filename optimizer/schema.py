@@ -463,7 +463,8 @@ class PlanPins(Strict):
     billed_units: dict[str, int] | None = Field(None, description="ignored on input; present in solver output")
     virtual_pipeline: Int | None = Field(
         None, gt=0, le=1024,
-        description="ignored on input (follows pp and the engine); solver output: interleaved chunks per stage",
+        description="interleaved model chunks per pipeline stage (above 1: nemo with a pinned pp, dividing the "
+        "layers per stage; default: the engine's, nemo up to 8); solver output: the chunks launched",
     )
     attention: Attention | None = Field(
         None, description="ignored on input (set training.attention); solver output: the kernel run on the GPU"

@@ -35,6 +35,7 @@ from optimizer.models.engines import (
     plan_refusals,
     scenario_refusals,
 )
+from optimizer.models.pipeline import chunks_refusal, engine_chunks
 from optimizer.overlay import apply as apply_overlay
 from optimizer.schema import Checkpointing, Offload, Precision, Scenario
 from optimizer.schema_catalog import Gpu, Offer
@@ -124,10 +125,10 @@ def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any]) -> J
     """The scenario's fixed quantities (architecture, method, software, sequence, batch, data).
 
     From ``calibration`` (catalogs/calibration.yaml) the engine's facts that every model reads: the most
-    interleaved pipeline chunks it launches (``frameworks.pipeline_chunks``).
+    interleaved pipeline chunks it launches (``frameworks.pipeline_chunks``, or the pinned ``plan.virtual_pipeline``).
     """
     t = scenario.training
-    chunks = calibration["frameworks"]["pipeline_chunks"][t.framework.value]
+    chunks = engine_chunks(scenario, calibration)
     return Job(
         arch=arch,
         method=scenario.method,
@@ -408,6 +409,9 @@ def engine_capabilities(scenario: Scenario, catalog: Catalog, arch: Any, source:
     refused = scenario_refusals(scenario, cap) + plan_refusals(
         scenario, cap, tp, pins.pp or 1, pins.grad_accum, pins.checkpointing
     )
+    chunks = chunks_refusal(scenario, arch.layers, catalog.calibration)
+    if chunks is not None:
+        refused.append(chunks)
     if refused:
         raise InputError(source, *refused[0])
     return cap

@@ -70,10 +70,12 @@ class Recomputed:
 def job_of(scenario: Scenario, arch: ModelArch, calibration: dict[str, Any]) -> Job:
     """The scenario's fixed quantities; base weights 16-bit for full and LoRA, 4-bit for QLoRA unless given.
 
-    The engine's most interleaved pipeline chunks come from calibration ``frameworks.pipeline_chunks``.
+    The most interleaved pipeline chunks: the pinned ``plan.virtual_pipeline``, else the engine's calibration
+    ``frameworks.pipeline_chunks``.
     """
     t = scenario.training
-    chunks = calibration["frameworks"]["pipeline_chunks"][t.framework.value]
+    pinned = scenario.plan.virtual_pipeline
+    chunks = pinned if pinned is not None else calibration["frameworks"]["pipeline_chunks"][t.framework.value]
     return Job(arch=arch, method=scenario.method, lora=scenario.lora_spec, framework=t.framework,
                sharding=t.sharding, attention=t.attention, loss=t.loss, base_bits=scenario.frozen_base_bits,
                seq_len=scenario.seq_len, global_batch=scenario.global_batch,
