@@ -1,7 +1,7 @@
-"""Measurements: a user's own run in the reference-case schema of ``../shared/reference/README.md``.
+"""Measurements: a user's own run in the reference-case layout of the calibration data (docs/design.md section 9).
 
 A measurement is a case: ``{id, source, kind, scenario, measured, notes}``, where ``scenario`` is a scenario file
-(DESIGN.md section 6) whose ``plan`` pins the configuration that ran, and ``measured`` holds what was read:
+(docs/scenario-reference.md) whose ``plan`` pins the configuration that ran, and ``measured`` holds what was read:
 
 - memory: ``{peak, unit, metric}`` (unit GB = 1e9 bytes or GiB = 2^30 bytes; metric allocated | reserved |
   nvidia-smi | unknown), optionally ``bound`` (fits | oom | at_capacity) for boundary observations and ``peaks``

@@ -8,7 +8,7 @@ from space.hardware, the one place where link bandwidths are derated; the models
 hand-worked numbers in tests/test_golden.py), re-bills the hours with its own plain loop over term counts in exact
 decimal arithmetic (:func:`exact_bill`, not optimizer.models.cost), rounds money and time up with exact decimal
 ceilings (:func:`ceil_cents`, :func:`ceil_seconds`, not solver.cents/seconds) and re-derives each constraint of
-DESIGN.md sections 2 and 5 (cpsat-primer's validation.py, one function per rule).
+docs/design.md sections 4 and 6, one function per rule.
 
 :func:`validate_catalog_files` runs the catalog loader's pydantic models on gpus, offers, models and fx files
 (``ftopt catalog validate``).

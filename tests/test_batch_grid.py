@@ -1,5 +1,5 @@
 """space.layouts and space.grid (vectorised for batch throughput) enumerate exactly what plain loops written from
-DESIGN.md section 2 enumerate, in order. The reference shares no code with space.py: its card counts, tp choices,
+docs/design.md section 4 enumerate, in order. The reference shares no code with space.py: its card counts, tp choices,
 ZeRO/offload pairs and precision rule are written out here."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from optimizer.space import grid, layouts, make_job, pinned_offers
 
 from .conftest import scenario_doc
 
-# ZeRO stage and offload pairs an engine can run (DESIGN.md section 2: offload none | optimizer | all; optimizer
+# ZeRO stage and offload pairs an engine can run (docs/design.md section 4: offload none | optimizer | all; optimizer
 # offload needs a partitioned optimizer, stage >= 1; parameter offload needs partitioned parameters, stage 3)
 PAIRS = [(z, o) for z in range(4) for o in (Offload.none, Offload.optimizer, Offload.all)
          if o is Offload.none or (o is Offload.optimizer and z >= 1) or (o is Offload.all and z == 3)]  # fmt: skip

@@ -1,4 +1,4 @@
-"""Bad input gets one line naming file and field, exit status 2, no traceback (DESIGN.md section 8).
+"""Bad input gets one line naming file and field, exit status 2, no traceback (docs/design.md section 8).
 
 The corpus lives in tests/bad_inputs/; its manifest.yaml names, for every case, the field the message must name
 and text the problem must contain.

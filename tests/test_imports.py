@@ -1,4 +1,4 @@
-"""Every module imports alone, and imports flow one way (DESIGN.md section 1, STYLE.md rule 2).
+"""Every module imports alone, and imports flow one way (docs/design.md section 3).
 
 schema <- catalog/activations <- memory/timing/cost <- space <- solver <- (explain <-) planner/pareto/batch <- report
 <- cli. The validator stands beside the solver: it may use the models and space's hardware rows, never the solver or

@@ -1,4 +1,4 @@
-"""The CP-SAT solver agrees with an exhaustive oracle on random small instances (DESIGN.md section 5, step 4).
+"""The CP-SAT solver agrees with an exhaustive oracle on random small instances (docs/design.md section 6).
 
 The oracle walks the same discrete space with plain Python loops (offer, cards, tp, ZeRO/offload, micro-batch,
 checkpointing), evaluates each configuration with the pure models, bills it with the validator's plain loop over
@@ -210,7 +210,7 @@ def _configs(sc: Scenario, arch: ModelArch, offer: Offer, catalog: Catalog):
         nodes = -(-cards // offer.cards_per_node)
         for tp in TP_CHOICES:
             if not _allowed(tp, pins.tp) or tp > _tp_limit(offer, catalog) or tp not in tps:
-                continue  # tensor parallelism stays inside one NVLink domain, pinned or not (DESIGN.md section 2)
+                continue  # tensor parallelism stays inside one NVLink domain, pinned or not (docs/design.md section 4)
             if arch.heads % tp or arch.kv_heads % tp or cards % tp or gb % (cards // tp):
                 continue
             dp = cards // tp
