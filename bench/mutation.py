@@ -12,9 +12,11 @@ Each mutation is a regular expression and its replacement, applied to the first 
 (of its glob list) that matches, in a private copy of the tracked tree (so a running editor or other checkout is
 never touched); then its targeted tests run there with ``pytest -x`` and a per-test timeout. A mutation is
 "killed" when the tests fail (or time out), and "survived" when they pass: a survivor is a realistic bug the suite
-would ship. A pattern that matches nothing (the code moved or was rewritten) is reported as "skipped" with its
-pattern, so the list is kept current by hand. The summary gives the survival rate per module; the exit status is 1
-when anything survived, 0 otherwise.
+would ship. A pattern that matches nothing (the code moved or was rewritten) no longer plants its bug, so it is
+"stale": every selected pattern is checked before anything runs, and a stale one stops the check with exit status
+2 and the pattern (``--list`` exits 1 when any is stale; tests/test_mutation_list.py checks every pattern in the
+suite, without running a mutation). The summary gives the survival rate per module; the exit status is 1 when
+anything survived, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -160,7 +162,7 @@ MUTATIONS: list[Mutation] = [
     _m("solver-seconds-rounded-down", "solver", SOLVER,
        r"np\.ceil\(np\.round\(np\.asarray\(hours, dtype=np\.float64\) \* 3600\.0, 6\)\)",
        "np.floor(np.round(np.asarray(hours, dtype=np.float64) * 3600.0, 6))", SOLVER_TESTS, "time rounded down"),
-    _m("solver-deadline-dropped", "solver", SOLVER, r'\s*\("deadline_s", "time_s"\),', "", SOLVER_TESTS,
+    _m("solver-deadline-dropped", "solver", SOLVER, r'\s*\("deadline_s", "deadline_time_s"\),', "", SOLVER_TESTS,
        "deadline constraint dropped (once hung the Pareto sweep)"),
     _m("solver-levels-swapped", "solver", SOLVER,
        r'levels = \["cost_cents", "time_s"\] if objective is Objective\.cost else \["time_s", "cost_cents"\]',
@@ -243,6 +245,17 @@ def _find(m: Mutation, tree: Path) -> tuple[Path, str, str] | str:
     return f"pattern not found in {', '.join(m.files)}: {m.pattern}"
 
 
+def stale(mutations: list[Mutation], tree: Path = REPO) -> list[str]:
+    """One line per mutation that would not plant its bug: a pattern that changes nothing, or a missing test file."""
+    out = []
+    for m in mutations:
+        found = _find(m, tree)
+        if isinstance(found, str):
+            out.append(f"{m.id}: {found}")
+        out += [f"{m.id}: test file {t} does not exist" for t in m.tests if not (tree / t).is_file()]
+    return out
+
+
 def _apply(m: Mutation, tree: Path) -> tuple[Path, str] | str:
     """(file, original text) after writing the mutant, or the reason it was skipped."""
     found = _find(m, tree)
@@ -309,9 +322,14 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [m for m in chosen if m.module == args.module]
     if args.list:
         for m in chosen:
-            state = "MISSING" if isinstance(_find(m, REPO), str) else "found"
+            state = "STALE" if isinstance(_find(m, REPO), str) else "found"
             print(f"{m.id:42s} {m.module:12s} {state:8s} {m.why}")
-        return 0
+        return 1 if stale(chosen) else 0
+    problems = stale(chosen)
+    if problems:
+        print("stale mutations (they would plant nothing): update each pattern to the current code", file=sys.stderr)
+        print("\n".join(problems), file=sys.stderr)
+        return 2
     if not args.no_baseline:
         # the selected tests must pass on the unmutated tree, or every mutation would look killed
         tests = sorted({t for m in chosen for t in m.tests})

@@ -8,6 +8,7 @@ the same comparison).
 
 from __future__ import annotations
 
+import argparse
 import enum
 import sys
 import types
@@ -122,16 +123,27 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Write the page, or with ``--check`` return 1 when the checked-in page differs from the schema."""
-    args = sys.argv[1:] if argv is None else argv
+    """Write the page (atomically), or with ``--check`` return 1 when the checked-in page differs from the schema.
+
+    ``--help`` prints the usage and writes nothing; an unknown option is a usage error (exit status 2).
+    """
+    ap = argparse.ArgumentParser(
+        prog="python -m optimizer.report_reference",
+        description="Generate the scenario reference page from the schema (default: write docs/scenario-reference.md).",
+    )
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 when the page differs from what the schema gives, 0 when current")
+    ap.add_argument("--output", type=Path, default=PAGE, metavar="PATH",
+                    help="the page to write or check (default: docs/scenario-reference.md of this checkout)")
+    args = ap.parse_args(argv)
     text = render()
-    if "--check" in args:
-        current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
+    if args.check:
+        current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
         if current != text:
-            print(f"{PAGE} is out of date: run python -m optimizer.report_reference", file=sys.stderr)
+            print(f"{args.output} is out of date: run python -m optimizer.report_reference", file=sys.stderr)
             return 1
         return 0
-    write_atomic(PAGE, text)
+    write_atomic(args.output, text)
     return 0
 
 

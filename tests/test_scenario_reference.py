@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
 from optimizer import report_reference
 from optimizer.report_reference import BLOCKS, PAGE, render, type_text
 from optimizer.schema import Method
@@ -27,3 +33,30 @@ def test_defaults_a_user_relies_on_are_stated():
     assert "| `training.attention` | one of: flash, sdpa, eager | flash |" in text
     assert "| `data.packing` | true/false | true |" in text
     assert type_text(Method) == "one of: full, lora, qlora"
+
+
+def test_help_prints_the_usage_and_writes_nothing(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("stale\n", encoding="utf-8")
+    before = PAGE.stat().st_mtime_ns
+    done = subprocess.run([sys.executable, "-m", "optimizer.report_reference", "--help"], capture_output=True,
+                          text=True, cwd=Path(report_reference.__file__).parent.parent, timeout=120)  # fmt: skip
+    assert done.returncode == 0
+    assert "--check" in done.stdout and "--output" in done.stdout
+    assert PAGE.stat().st_mtime_ns == before
+
+
+def test_check_and_write_on_a_page_elsewhere(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("stale\n", encoding="utf-8")
+    assert report_reference.main(["--check", "--output", str(page)]) == 1
+    assert page.read_text(encoding="utf-8") == "stale\n"  # --check writes nothing
+    assert report_reference.main(["--output", str(page)]) == 0
+    assert page.read_text(encoding="utf-8") == PAGE.read_text(encoding="utf-8")
+    assert report_reference.main(["--check", "--output", str(page)]) == 0
+
+
+def test_an_unknown_option_is_a_usage_error():
+    with pytest.raises(SystemExit) as exit_:
+        report_reference.main(["--chek"])
+    assert exit_.value.code == 2
