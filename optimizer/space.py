@@ -385,6 +385,9 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
         mem, t = apply_overlay(cal["overlay"], mem, t, arch, cfg.precision, engines.engine_key(scenario, job),
                                job.method.value, job.steps)  # fmt: skip
     fits = (mem["total"] <= usable) & np.isfinite(t["hours"]) & (hw.peak_flops > 0)
+    pinned_chunks = scenario.plan.virtual_pipeline
+    if pinned_chunks is not None and pinned_chunks > 1:  # a pin launches exactly its chunks (models/pipeline.py)
+        fits &= t["pipeline_chunks"] == pinned_chunks
     host_gib = scenario.allow.max_host_memory_gib
     if host_gib is not None:  # offloaded states must also fit in the node's RAM
         fits &= mem["cpu_offload"] <= host_gib * 2**30

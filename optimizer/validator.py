@@ -345,6 +345,10 @@ def _model_rules(est: Estimate, sc: Scenario, r: Recomputed) -> list[str]:
     chunks = int(r.time["pipeline_chunks"])
     if est.plan is not None and est.plan.virtual_pipeline != chunks:
         out.append(f"plan.virtual_pipeline = {est.plan.virtual_pipeline} but the engine launches {chunks}")
+    if est.plan is not None and est.plan.virtual_pipeline > 1 and est.plan.grad_accum % max(est.plan.pp, 1):
+        # Megatron-Core's interleaved schedule groups micro-batches pp at a time and raises otherwise
+        out.append(f"plan.virtual_pipeline = {est.plan.virtual_pipeline} with grad_accum {est.plan.grad_accum} not a "
+                   f"multiple of pp {est.plan.pp}: Megatron's interleaved schedule refuses it")
     if not math.isfinite(r.time["hours"]):
         return [*out, f"time.hours is not finite ({r.time['hours']}): the layout cannot run"]
     deadline_h = r.time["hours"] + r.time.get("deadline_margin_hours", 0.0)  # spot: pessimistic end of the band

@@ -41,9 +41,23 @@ def test_interleaving_divides_the_bubble_by_the_chunks(catalog):
 def test_chunks_divide_the_layers_of_a_stage_evenly(catalog):
     # 32 layers: pp 2 -> 16 per stage, largest divisor <= 8 is 8; pp 8 -> 4 per stage -> 4; pp 3 does not divide
     # 32 -> 1F1B; pp 1 -> no pipeline. A cap of 6: 16 per stage -> 4 (Megatron needs equal virtual stages).
-    job, cfg, _, k = timing_inputs(catalog, "H100-SXM", 24, pp=[2, 8, 3, 1], **NEMO)
+    # Global batch 192 on 24 cards: dp 12, 3, 8, 24 -> grad_accum 16, 64, 24, 8, each a multiple of its pp.
+    job, cfg, _, k = timing_inputs(catalog, "H100-SXM", 24, pp=[2, 8, 3, 1], global_batch=192, **NEMO)
+    assert cfg.grad_accum.tolist() == [16, 64, 24, 8]
     assert timing.pipeline_chunks(job, cfg).tolist() == [8, 4, 1, 1]
     assert timing.pipeline_chunks(replace(job, pipeline_chunks=6), cfg).tolist() == [4, 4, 1, 1]
+
+
+def test_megatron_interleaves_only_a_multiple_of_pp_micro_batches(catalog):
+    # Megatron-Core's interleaved schedule takes the micro-batches pp at a time and raises when their count M is not
+    # a multiple of pp (schedules.py forward_backward_pipelining_with_interleaving). Llama-3.1-70B, 80 layers,
+    # pp 8 -> 10 per stage -> v = 5 (largest divisor of 10 up to 8). 64 cards, tp 8, dp 1: global batch 12 gives
+    # M = 12 (12 mod 8 = 4: refused, plain 1F1B), 24 gives M = 24 (interleaved, 5 chunks), 4 gives M = 4 < pp.
+    for gb, want in ((12, 1), (24, 5), (4, 1), (64, 5)):
+        job, cfg, _, k = timing_inputs(catalog, "A100-80G", 64, tp=8, pp=8, model="Llama-3.1-70B", global_batch=gb,
+                                       method="full", lora=None, **NEMO)  # fmt: skip
+        assert cfg.grad_accum.tolist() == [gb]
+        assert timing.pipeline_chunks(job, cfg).tolist() == [want], gb
 
 
 def test_interleaving_sends_v_times_the_boundary_bytes_and_megatron_hides_them(catalog):
