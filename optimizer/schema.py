@@ -464,7 +464,8 @@ class PlanPins(Strict):
     virtual_pipeline: Int | None = Field(
         None, gt=0, le=1024,
         description="interleaved model chunks per pipeline stage (above 1: nemo with a pinned pp, dividing the "
-        "layers per stage; default: the engine's, nemo up to 8); solver output: the chunks launched",
+        "layers per stage, with grad_accum a multiple of pp as Megatron requires; default: the engine's, nemo up to "
+        "8); solver output: the chunks launched",
     )
     attention: Attention | None = Field(
         None, description="ignored on input (set training.attention); solver output: the kernel run on the GPU"
