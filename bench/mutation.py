@@ -71,6 +71,14 @@ TIM, COST = "optimizer/models/timing.py", "optimizer/models/cost.py"
 COMM = "optimizer/models/comm.py"  # collective volumes and latencies (module "timing": the step-time model)
 SOLVER, PARETO = "optimizer/solver.py", "optimizer/pareto.py"
 SPACE, VALID = "optimizer/space.py", "optimizer/validator.py"
+PF_PLAN, PF_SOLVE = "optimizer/portfolio_plan.py", "optimizer/portfolio.py"
+PORTFOLIO_TESTS = ["tests/test_portfolio_values.py", "tests/test_portfolio.py", "tests/test_portfolio_oracle.py"]
+HOST_TESTS = ["tests/test_hosts_values.py", "tests/test_offers_hosts.py", "tests/test_spot.py"]
+MEASURE_TESTS = ["tests/test_measure_values.py", "tests/test_calibrate.py", "tests/test_calibrate_measure.py",
+                 "tests/test_probe.py"]  # fmt: skip
+ENGINE_TESTS = ["tests/test_launch_values.py", "tests/test_launch.py", "tests/test_launch_engines.py"]
+PIPE_TESTS = ["tests/test_timing_structure.py", "tests/test_pipeline_interleaving.py", "tests/test_launch.py"]
+EXPLAIN_TESTS = ["tests/test_explain_relax.py", "tests/test_infeasible.py"]
 
 MUTATIONS: list[Mutation] = [
     # ---- memory: model states
@@ -209,6 +217,69 @@ MUTATIONS: list[Mutation] = [
     _m("validator-budget-rounded-down", "validator", VALID, r"elif ceil_cents\(plan_total \* exact\(rate\.rate\)\)",
        "elif int(plan_total * exact(rate.rate) * 100)", ["tests/test_survivors.py", "tests/test_validator.py"],
        "the validator's budget check rounds money down"),
+    # ---- portfolio (many jobs over a calendar)
+    _m("portfolio-rentals-not-converted", "portfolio", PF_PLAN,
+       r"prices = \{t\.value: p\.amount \* rate for t, p in o\.prices\.items\(\)\}",
+       "prices = {t.value: p.amount for t, p in o.prices.items()}", PORTFOLIO_TESTS,
+       "rental prices in the offer's currency, not the portfolio's (CNY offers in a USD portfolio)"),
+    _m("portfolio-solo-bill-not-converted", "portfolio", PF_PLAN, r"b\.per_card \* cards \* rate, i\)\)",
+       "b.per_card * cards, i))", PORTFOLIO_TESTS, "a solo rental billed in the offer's currency"),
+    _m("portfolio-power-one-card", "portfolio", PF_PLAN, r"energy = cards \* hours \* pools\[q\]\[1\]",
+       "energy = hours * pools[q][1]", PORTFOLIO_TESTS, "electricity counted for one card of a pool run"),
+    _m("portfolio-block-cut-too-strong", "portfolio", PF_SOLVE,
+       r"rate = min\(price / TERM_HOURS\[Term\(t\)\] for t, price in rental\.prices\.items\(\)\)",
+       "rate = max(price / TERM_HOURS[Term(t)] for t, price in rental.prices.items())", PORTFOLIO_TESTS,
+       "a shared block's redundant bill bound uses the dearest rate: a worse schedule reported optimal"),
+    _m("portfolio-sharing-dearest-unit", "portfolio", "optimizer/portfolio_problem.py",
+       r"long_price = min\(rental\.prices\[t\.value\]", "long_price = max(rental.prices[t.value]", PORTFOLIO_TESTS,
+       "the sharing test prices a block at the dearest long unit: sharing left out, a worse schedule called optimal"),
+    # ---- hosts and spot
+    _m("spot-mean-interval-not-rate", "hosts", "optimizer/hosts.py",
+       r"mean = run\(2\.0 / \(1\.0 / mtbi_low_h \+ 1\.0 / mtbi_high_h\)\)",
+       "mean = run((mtbi_low_h + mtbi_high_h) / 2.0)", HOST_TESTS,
+       "spot time from the band's mean interval instead of its mean rate"),
+    _m("hosts-disk-gb-as-gib", "hosts", "optimizer/hosts.py",
+       r"_nan_or\(o\.host\.local_disk_gb if o\.host else None, 1e9\)",
+       "_nan_or(o.host.local_disk_gb if o.host else None, GIB)", HOST_TESTS,
+       "an offer's local disk in GB read as GiB"),
+    _m("uncertainty-p90-budget-no-fx", "uncertainty", "optimizer/models/uncertainty.py",
+       r"high \* fx <= budget\.amount", "high <= budget.amount",
+       ["tests/test_uncertainty_fx.py", "tests/test_uncertainty.py", "tests/test_uncertainty_headroom.py"],
+       "the p90 budget check compares the offer's currency with the budget's"),
+    # ---- measurements, calibration, probe
+    _m("measure-gb-as-gib", "measure", "optimizer/measure.py", r'UNIT_BYTES: dict\[str, float\] = \{"GB": 1e9,',
+       'UNIT_BYTES: dict[str, float] = {"GB": 2.0**30,', MEASURE_TESTS, "a measured peak in GB read as GiB"),
+    _m("calibrate-time-factor-inverted", "measure", "optimizer/calibrate.py",
+       r"lambda r: r\.before / r\.measured\)", "lambda r: r.measured / r.before)", MEASURE_TESTS,
+       "the time factor fitted as measured / predicted tokens/s (inverted)"),
+    _m("calibrate-memory-factor-inverted", "measure", "optimizer/calibrate.py",
+       r"lambda r: r\.measured / r\.before\)", "lambda r: r.before / r.measured)", MEASURE_TESTS,
+       "the memory factor fitted as predicted / measured (inverted)"),
+    _m("overlay-throughput-times-factor", "measure", "optimizer/overlay.py",
+       r't\["tokens_per_second"\] = time\["tokens_per_second"\] / f_t',
+       't["tokens_per_second"] = time["tokens_per_second"] * f_t', MEASURE_TESTS,
+       "a slower-than-predicted group reported with more tokens per second"),
+    _m("probe-trial-ignores-cards", "measure", "optimizer/probe.py",
+       r'"tokens": float\(tokens_steps \* p\.micro_batch \* cards \* base\["seq_len"\]\)',
+       '"tokens": float(tokens_steps * p.micro_batch * base["seq_len"])', MEASURE_TESTS,
+       "the probe's trial sized for one card whatever its cards"),
+    # ---- launch values of the newer engines
+    _m("launch-torchtune-rank-is-alpha", "launch", LAUNCH_FILES, r'block\["lora_rank"\] = spec\.rank',
+       'block["lora_rank"] = spec.alpha', ENGINE_TESTS, "torchtune lora_rank set to the LoRA alpha"),
+    _m("launch-nemo-lora-dim-alpha-swapped", "launch", LAUNCH_FILES,
+       r'\{"dim": spec\.rank, "alpha": spec\.alpha', '{"dim": spec.alpha, "alpha": spec.rank', ENGINE_TESTS,
+       "NeMo LoRA dim and alpha swapped"),
+    _m("launch-torchrun-every-card", "launch", LAUNCH_FILES,
+       r"--nproc_per_node \{min\(plan\.cards, cards_per_node\)\}", "--nproc_per_node {plan.cards}", ENGINE_TESTS,
+       "torchrun --nproc_per_node set to every card of a multi-node plan"),
+    # ---- pipeline schedule
+    _m("pipeline-interleaves-partial-groups", "timing", "optimizer/models/pipeline.py",
+       r"return np\.where\(interleaving_allowed\(cfg\.grad_accum, cfg\.pp\), out, 1\)", "return out",
+       PIPE_TESTS, "interleaved chunks on a step whose micro-batches Megatron refuses (not a multiple of pp)"),
+    # ---- explanations
+    _m("relax-deadline-from-cheapest-plan", "explain", "optimizer/explain_relax.py",
+       r"need = _hours\(space, fast if fast is not None else best\)", "need = _hours(space, best)", EXPLAIN_TESTS,
+       "the deadline relaxation read from the cheapest plan instead of the fastest"),
 ]
 
 

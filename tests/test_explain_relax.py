@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import yaml
 
 from optimizer.planner import Overrides, solve_scenario
@@ -73,3 +75,18 @@ def test_budget_and_deadline_both_too_tight_show_the_front_between_them(write_sc
     assert "trade one against the other" in rel.message
     for cost, h in (rel.tradeoff[0], rel.tradeoff[-1]):  # both ends of the front are budget/deadline pairs that work
         assert solve_scenario(path, Overrides(budget=cost, deadline_hours=h)).best.status is Status.optimal
+
+
+def test_deadline_value_is_the_fastest_plans_time_and_no_less_works(write_scenario):
+    """A deadline half the fastest plan's time: the listed deadline_hours is that plan's time rounded up to 1/100 h
+    (not the cheapest plan's, which is slower), it restores a plan, and 0.01 h less does not."""
+    fastest = solve_scenario(write_scenario("f.yaml", allow=SMALL, objective="time")).best
+    cheapest = solve_scenario(write_scenario("c.yaml", allow=SMALL)).best
+    assert cheapest.time.hours > fastest.time.hours + 0.05  # the two plans differ, so the value tells them apart
+    path = write_scenario("s.yaml", allow=SMALL, deadline_hours=round(fastest.time.hours / 2, 2))
+    result = solve_scenario(path)
+    assert result.best.status is Status.infeasible
+    need = _options(result)["deadline_hours"]
+    assert need == math.ceil(round(fastest.time.hours * 100, 6)) / 100
+    assert solve_scenario(path, Overrides(deadline_hours=need)).best.status is Status.optimal
+    assert solve_scenario(path, Overrides(deadline_hours=need - 0.01)).best.status is Status.infeasible

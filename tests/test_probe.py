@@ -147,3 +147,15 @@ def test_an_offer_without_an_hourly_price_bills_the_trial_by_its_shortest_term(w
     probe = probe_scenario(path, tmp_path / "p")
     assert probe.trial.plan.term == "day" and probe.trial.plan.billed_units == {"day": 1}
     assert any("billed by day" in line for line in probe.lines())
+
+
+def test_a_multi_card_trial_runs_exactly_its_warm_up_and_measured_steps(probe_70b):
+    # The trial shards over t.cards > 1 cards with grad_accum 1: one step takes micro_batch x cards sequences of
+    # seq_len tokens, so warm-up + measured steps need that many tokens and the time model counts exactly them.
+    probe, cfg = probe_70b
+    t = probe.trial
+    assert t.plan.cards > 1 and t.plan.grad_accum == 1 and t.plan.dp == t.plan.cards
+    doc = cfg["scenario"]
+    assert doc["global_batch"] == t.plan.micro_batch * t.plan.cards
+    assert doc["data"]["tokens"] == (probe.steps + probe.warmup) * t.plan.micro_batch * t.plan.cards * doc["seq_len"]
+    assert t.time.steps == probe.steps + probe.warmup

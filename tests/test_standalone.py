@@ -88,9 +88,9 @@ def _layout_names() -> list[str]:
     text = (REPO / "docs" / "design.md").read_text(encoding="utf-8")
     block = text.split("<!-- layout:start -->")[1].split("<!-- layout:end -->")[0]
     names = []
-    for row in block.splitlines()[2:]:  # the header row and its rule first
-        cells = row.split("|")
-        names += re.findall(r"`([^`]+)`", cells[2])
+    rows = [line for line in block.splitlines() if line.startswith("|")][2:]  # after the header row and its rule
+    for row in rows:
+        names += re.findall(r"`([^`]+)`", row.split("|")[2])
     return names
 
 
