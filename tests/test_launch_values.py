@@ -10,6 +10,7 @@ from optimizer.schema import Scenario
 from optimizer.schema_plan import Plan
 
 from .conftest import scenario_doc
+from .test_launch import _plan as launch_plan
 
 LORA = {"rank": 8, "alpha": 24, "targets": ["q_proj", "v_proj"]}
 
@@ -19,10 +20,8 @@ def _scenario(**training) -> Scenario:
 
 
 def _plan(**changes) -> Plan:
-    base = dict(gpu="A100-80G", offer="x", cards=16, nodes=2, tp=1, pp=1, dp=16, zero_stage=3, offload="none",
-                micro_batch=2, grad_accum=4, precision="bf16", optimizer="adamw", checkpointing="full", term="hour",
-                billed_units={"hour": 10})  # fmt: skip
-    return Plan(**{**base, **changes})
+    """tests/test_launch.py's plan (16 A100s on 2 nodes of 8, ZeRO-3), without offload."""
+    return launch_plan(**{"offload": "none", **changes})
 
 
 def test_torchtune_lora_rank_and_alpha_are_the_scenarios():
