@@ -82,3 +82,20 @@ def test_a_shared_week_block_is_found_when_the_week_is_the_cheapest_long_unit():
     assert schedule.status == "optimal"
     assert schedule.objective == pytest.approx(200.0)
     assert [(b.members, b.units) for b in schedule.blocks] == [((0, 1), {"week": 1})]
+
+
+def test_renting_or_running_an_owned_card_compares_both_in_the_portfolio_currency(folder: Path):
+    # An owned RTX 4090 (450 W) at 2.0 per kWh costs 0.9 per card-hour in the portfolio's currency. The rental is
+    # 3 CNY per card-hour: 3 / 6.7686 = 0.443 USD, cheaper than 0.9 USD, so a USD portfolio rents; a CNY portfolio
+    # (0.9 CNY against 3 CNY) runs on the owned card.
+    (folder / "one.yaml").write_text(yaml.safe_dump(scenario_doc(
+        catalog="offers.yaml", allow={"gpus": ["RTX-4090"], "max_cards": 1}), sort_keys=False))  # fmt: skip
+    jobs = [{"name": "one", "scenario": "one.yaml", "release_day": 0, "due_day": 10}]
+    owned = [{"gpu": "RTX-4090", "cards": 1, "power_w": 450}]
+    usd = plan_portfolio(write_portfolio(folder, currency="USD", jobs=jobs, owned=owned, electricity_per_kwh=2.0))
+    cny = plan_portfolio(write_portfolio(folder, currency="CNY", jobs=jobs, owned=owned, electricity_per_kwh=2.0))
+    assert [j["where"] for j in usd.jobs] == ["rented"]
+    assert [j["where"] for j in cny.jobs] == ["owned"]
+    hours = cny.jobs[0]["end_hours"] - cny.jobs[0]["start_hours"]
+    assert cny.cost["total"] == pytest.approx(hours * 0.45 * 2.0, abs=0.011)
+    assert usd.cost["total"] == pytest.approx(usd.rentals[0]["units"]["second"] * 3.0 / 3600 / USD_CNY, abs=0.011)
