@@ -175,6 +175,25 @@ def check_page(b: Chromium, page: Path, expect: dict[str, Any], shots: Path) -> 
     return fails
 
 
+BAD_PAGE = ('<!DOCTYPE html><html><head><title>bad</title></head><body><img src="http://127.0.0.1:9/x.png">'
+            "<script>console.error('planted'); undefinedFunction();</script></body></html>")
+
+
+def self_test(b: Chromium, folder: Path) -> None:
+    """The checks can fail: a planted page with a request, a console error and an exception is caught on each."""
+    page = folder / "planted-bad.html"
+    page.write_text(BAD_PAGE)
+    b.events.clear()
+    url = page.resolve().as_uri()
+    b.call("Page.navigate", url=url)
+    b.wait_for("Page.loadEventFired")
+    found = " | ".join(problems_in(b.events, url))
+    page.unlink()
+    for what in ("network request: http://127.0.0.1:9/x.png", "console error", "exception"):
+        if what not in found:
+            raise SystemExit(f"html-check: self-test: the planted page's {what!r} was not caught ({found})")
+
+
 def main(exe: str, pages: str, shots: str, expect_file: str) -> int:
     """Check every page named in the expectations; exit 1 listing the failures."""
     expect = json.loads(Path(expect_file).read_text())
@@ -185,6 +204,7 @@ def main(exe: str, pages: str, shots: str, expect_file: str) -> int:
         for name in ("Page", "Runtime", "Log", "Network"):
             b.call(f"{name}.enable")
         b.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
+        self_test(b, Path(pages))
         failures = {name: check_page(b, Path(pages) / name, e, out) for name, e in sorted(expect.items())}
     finally:
         b.close()
