@@ -45,7 +45,8 @@ def batch_section(rows: Sequence[dict[str, Any]]) -> str:
     for r in rows:
         fits = r.get("fits_p90")
         fits_text = "" if fits in (None, "") else ("yes" if str(fits).lower() in ("true", "1") else "no")
-        out.append([cell(r.get("scenario")), cell(r.get("name") or ""), cell(r.get("status")), cell(_plan(r)),
+        path = str(r.get("scenario") or "")
+        out.append([Cell(esc(path).replace("/", "/<wbr>"), path), cell(r.get("name") or ""), cell(r.get("status")), cell(_plan(r)),
                     _num_cell(r.get("cost")), cell(r.get("currency") or ""), _num_cell(r.get("hours")),
                     _num_cell(r.get("cost_p90")), _num_cell(r.get("hours_p90")), cell(fits_text),
                     cell(r.get("error") or "")])  # fmt: skip

@@ -62,7 +62,8 @@ def table(head: Sequence[str], rows: Iterable[Sequence[Cell]], *, ident: str = "
         for c in row:
             v = c.sort
             data = "" if v is None else f' data-v="{esc(_sort_text(v))}"'
-            out.append(f"<td{data}>{c.html}</td>")
+            numeric = isinstance(v, int | float) and not isinstance(v, bool)
+            out.append(f"<td{' class=n' if numeric else ''}{data}>{c.html}</td>")
         out.append("</tr>")
     out.append("</tbody></table>")
     return "".join(out)
