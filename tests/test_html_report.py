@@ -259,3 +259,37 @@ def test_batch_html_leaves_the_results_file_unchanged(run_cli, tmp_path):
     assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text()
     page = Page((tmp_path / "b.html").read_text())
     assert len(page.find("tr", **{"data-status": "optimal"})) == 2
+
+
+def test_plan_shows_how_the_offer_is_sold_and_the_instances_rented_when_the_catalog_says():
+    from optimizer.report_html.plan import plan_facts
+
+    plan = {"gpu": "H100-SXM", "offer": "x", "cards": 24, "nodes": 3, "tp": 8, "pp": 1, "dp": 3, "zero_stage": 1,
+            "offload": "none", "micro_batch": 1, "grad_accum": 4, "precision": "bf16", "optimizer": "adamw",
+            "checkpointing": "none", "term": "hour", "billed_units": {"hour": 5}, "attention": "flash"}
+    offer = {"id": "x", "provider": "P & Co", "currency": "USD", "prices": {}}
+    facts = dict(plan_facts({"plan": plan, "offer": {**offer, "sold_as": "instance", "cards_per_instance": 8}}))
+    assert facts["Sold as"] == "instance; 8 cards per instance: 3 instances"
+    assert facts["Offer"] == "x from P &amp; Co"
+    assert "Sold as" not in dict(plan_facts({"plan": plan, "offer": offer}))  # older catalogs: nothing invented
+    assert facts["Batch"].endswith("= 12 sequences per optimizer step")  # 1 x 4 x 3
+
+
+def test_currency_conversion_names_the_rate_its_source_and_date(catalog):
+    from optimizer.report_html.plan import fx_line
+
+    rate = catalog.rate("USD", "CNY")
+    line = fx_line({"total": 10.0, "currency": "USD", "budget_currency_total": 10.0 * rate.rate,
+                    "budget_currency": "CNY"})  # fmt: skip
+    assert line == (f"10.00 USD = {10 * rate.rate:,.2f} CNY, converted at 1 USD = {rate.rate:g} CNY "
+                    f"({rate.source}; as of {rate.as_of})")  # fmt: skip
+    assert fx_line({"total": 1.0, "currency": "USD", "budget_currency_total": None}) is None
+
+
+def test_an_infeasible_solve_page_says_why_and_lists_the_changes(run_cli, write_scenario, tmp_path):
+    path = write_scenario(budget={"amount": 0.01, "currency": "USD"})
+    result = run_cli("solve", path, "--html", tmp_path / "p.html")
+    assert result.exit_code == 1
+    text = (tmp_path / "p.html").read_text()
+    assert Page(text).sections() == ["plan", "explanation"]
+    assert "budget.amount" in text and "No plan (infeasible)" in text
