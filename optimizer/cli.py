@@ -252,9 +252,7 @@ def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, b
             raise
         # Ctrl-C after the last row: the batch is complete and ends as a complete one, summary included
     with sigint_ignored():
-        report_batch.print_batch_summary(summary, output, report.console() if output is None else err)
-        if html_path:
-            report_html.write_page(html_path, report_html.batch_page(summary.rows))
+        report_batch.print_batch_summary(summary, output, report.console() if output is None else err, html_path)
     if summary.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     _no_plan_unless(not strict or not (summary.counts.get("error") or summary.counts.get("infeasible")))

@@ -293,3 +293,14 @@ def test_an_infeasible_solve_page_says_why_and_lists_the_changes(run_cli, write_
     text = (tmp_path / "p.html").read_text()
     assert Page(text).sections() == ["plan", "explanation"]
     assert "budget.amount" in text and "No plan (infeasible)" in text
+
+
+def test_bought_cards_get_their_own_rows_with_the_purchase_on_day_0():
+    doc = {"utilisation": [{"where": "owned", "gpu": "RTX-4090", "cards": 1},
+                           {"where": "bought", "gpu": "RTX-4090", "cards": 2}],
+           "purchases": [{"gpu": "RTX-4090", "cards": 2, "price": 32000.0}], "rentals": [], "jobs": [],
+           "cost": {"currency": "CNY"}}  # fmt: skip
+    rows, bars = card_rows(doc)
+    assert rows == ["owned RTX-4090 card 1", "bought RTX-4090 card 1", "bought RTX-4090 card 2"]
+    assert [(b.row, b.start, b.cls) for b in bars] == [(1, 0.0, "purchase"), (2, 0.0, "purchase")]
+    assert "32,000.00 CNY" in bars[0].text

@@ -46,7 +46,8 @@ def batch_section(rows: Sequence[dict[str, Any]]) -> str:
         fits = r.get("fits_p90")
         fits_text = "" if fits in (None, "") else ("yes" if str(fits).lower() in ("true", "1") else "no")
         path = str(r.get("scenario") or "")
-        out.append([Cell(esc(path).replace("/", "/<wbr>"), path), cell(r.get("name") or ""), cell(r.get("status")), cell(_plan(r)),
+        out.append([Cell(esc(path).replace("/", "/<wbr>"), path), cell(r.get("name") or ""), cell(r.get("status")),
+                    cell(_plan(r)),
                     _num_cell(r.get("cost")), cell(r.get("currency") or ""), _num_cell(r.get("hours")),
                     _num_cell(r.get("cost_p90")), _num_cell(r.get("hours_p90")), cell(fits_text),
                     cell(r.get("error") or "")])  # fmt: skip

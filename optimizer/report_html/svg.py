@@ -139,10 +139,11 @@ def stacked_bar(parts: Sequence[tuple[str, float]], marks: Sequence[tuple[str, f
                     f'<line x1="{f1(a)}" y1="{y - 8}" x2="{f1(a)}" y2="{y + 8}"/>'
                     f'<line x1="{f1(b)}" y1="{y - 8}" x2="{f1(b)}" y2="{y + 8}"/></g>')
     for k, (cls, v, text) in enumerate(marks):
-        xm = f1(sx(v / unit))
+        x = sx(v / unit)
+        anchor = "start" if x < left + 90 else "end" if x > right - 90 else "middle"  # labels stay inside the chart
         body.append(f'<g class="mark {esc(cls)}"{tip(f"{text}: {v / unit:,.2f} {unit_name}")}>'
-                    f'<line x1="{xm}" y1="{top - 6}" x2="{xm}" y2="{top + 34}"/>'
-                    f'<text x="{xm}" y="{top - 10 - 11 * (k % 2)}" text-anchor="middle">{esc(text)}</text></g>')
+                    f'<line x1="{f1(x)}" y1="{top - 6}" x2="{f1(x)}" y2="{top + 34}"/>'
+                    f'<text x="{f1(x)}" y="{top - 10 - 11 * (k % 2)}" text-anchor="{anchor}">{esc(text)}</text></g>')
     return frame(w, h, label, "".join(body))
 
 
