@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from optimizer.report_html.plan import why_lost
-from optimizer.report_html.portfolio import card_rows, window_rows
-from optimizer.report_html.shell import esc
+from optimizer.report_html.html_plan import why_lost
+from optimizer.report_html.html_portfolio import card_rows, window_rows
+from optimizer.report_html.html_shell import esc
 
 from .conftest import REPO, scenario_doc
 
@@ -262,7 +262,7 @@ def test_batch_html_leaves_the_results_file_unchanged(run_cli, tmp_path):
 
 
 def test_plan_shows_how_the_offer_is_sold_and_the_instances_rented_when_the_catalog_says():
-    from optimizer.report_html.plan import plan_facts
+    from optimizer.report_html.html_plan import plan_facts
 
     plan = {"gpu": "H100-SXM", "offer": "x", "cards": 24, "nodes": 3, "tp": 8, "pp": 1, "dp": 3, "zero_stage": 1,
             "offload": "none", "micro_batch": 1, "grad_accum": 4, "precision": "bf16", "optimizer": "adamw",
@@ -276,7 +276,7 @@ def test_plan_shows_how_the_offer_is_sold_and_the_instances_rented_when_the_cata
 
 
 def test_currency_conversion_names_the_rate_its_source_and_date(catalog):
-    from optimizer.report_html.plan import fx_line
+    from optimizer.report_html.html_plan import fx_line
 
     rate = catalog.rate("USD", "CNY")
     line = fx_line({"total": 10.0, "currency": "USD", "budget_currency_total": 10.0 * rate.rate,

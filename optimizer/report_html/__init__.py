@@ -12,11 +12,11 @@ from typing import Any
 
 from optimizer.atomic import write_atomic
 from optimizer.report import estimate_json, solve_json
-from optimizer.report_html import plan as sec
-from optimizer.report_html.batch import batch_section
-from optimizer.report_html.front import front_section
-from optimizer.report_html.portfolio import portfolio_sections, windows_of
-from optimizer.report_html.shell import page
+from optimizer.report_html import html_plan as sec
+from optimizer.report_html.html_batch import batch_section
+from optimizer.report_html.html_front import front_section
+from optimizer.report_html.html_portfolio import portfolio_sections, windows_of
+from optimizer.report_html.html_shell import page
 
 __all__ = ["batch_page", "estimate_page", "pareto_page", "portfolio_page", "solve_page", "write_page"]
 

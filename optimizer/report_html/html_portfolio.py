@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from optimizer.report_html.shell import cell, definitions, esc, money, num, section, table
-from optimizer.report_html.svg import Bar, gantt, stacked_bar
+from optimizer.report_html.html_shell import cell, definitions, esc, money, num, section, table
+from optimizer.report_html.html_svg import Bar, gantt, stacked_bar
 
 Window = tuple[float, float]  # release and due day of one job occurrence
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from optimizer.catalog import load_catalog
 from optimizer.report import MEMORY_ROWS, _units, billing_basis
-from optimizer.report_html.shell import GIB, Cell, bullets, cell, definitions, esc, gib, money, num, section, table
-from optimizer.report_html.svg import band, stacked_bar
+from optimizer.report_html.html_shell import GIB, Cell, bullets, cell, definitions, esc, gib, money, num, section, table
+from optimizer.report_html.html_svg import band, stacked_bar
 
 
 def layout(p: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from optimizer.report_html.shell import esc
+from optimizer.report_html.html_shell import esc
 
 
 def f1(x: float) -> str:

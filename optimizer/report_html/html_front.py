@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from optimizer.report_front import LIMIT_REACH
-from optimizer.report_html.plan import layout
-from optimizer.report_html.shell import GIB, cell, esc, num, section, table
-from optimizer.report_html.svg import Dot, scatter
+from optimizer.report_html.html_plan import layout
+from optimizer.report_html.html_shell import GIB, cell, esc, num, section, table
+from optimizer.report_html.html_svg import Dot, scatter
 
 
 def point_text(i: int, point: dict[str, Any], cost: float, currency: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from optimizer.report_html.shell import Cell, cell, esc, num, section, table
+from optimizer.report_html.html_shell import Cell, cell, esc, num, section, table
 
 STATUSES = ("optimal", "feasible", "infeasible", "error")
 
