@@ -14,7 +14,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from optimizer import report, report_batch, report_catalog, report_front
+from optimizer import report, report_batch, report_catalog, report_front, report_html
 from optimizer.catalog import load_catalog
 from optimizer.cli_import import import_group
 from optimizer.cli_measure import calibrate_command, probe_command
@@ -61,6 +61,12 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--json``: print the docs/json-contract.md document instead of tables."""
     return click.option("--json", "as_json", is_flag=True,
                         help="Print JSON instead of tables (keys: docs/json-contract.md).")(f)  # fmt: skip
+
+
+def html_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--html``: also write one self-contained page (optimizer/report_html) to FILE."""
+    return click.option("--html", "html_path", type=click.Path(dir_okay=False),
+                        help="Also write a self-contained HTML report to this file.")(f)  # fmt: skip
 
 
 def calibration_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -120,14 +126,17 @@ def cli() -> None:
 @add_catalog_option
 @calibration_option
 @json_option
+@html_option
 def solve(scenario: str, objective: str | None, budget: float | None, deadline_hours: float | None, top_k: int,
           time_limit: float, launch_dir: str | None, catalogs: tuple[str, ...], added: tuple[str, ...],
-          calibration: str | None, as_json: bool) -> None:  # fmt: skip
+          calibration: str | None, as_json: bool, html_path: str | None) -> None:  # fmt: skip
     """Find the optimal plan for SCENARIO (proven by CP-SAT); exit 1 when it has none."""
     ov = overrides(objective, budget, deadline_hours, catalogs, added, calibration)
     result = solve_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit), top_k=top_k)
     for name, text in report.launch_files(result.launch or {}).items() if launch_dir and result.launch else ():
         report.write_atomic(f"{launch_dir}/{name}", text)
+    if html_path:
+        report_html.write_page(html_path, report_html.solve_page(result))
     if as_json:
         click.echo(report.dumps(report.solve_json(result)), nl=False)
     else:
@@ -153,10 +162,13 @@ def solve(scenario: str, objective: str | None, budget: float | None, deadline_h
 @add_catalog_option
 @calibration_option
 @json_option
+@html_option
 def estimate(scenario: str, catalogs: tuple[str, ...], added: tuple[str, ...], calibration: str | None,
-             as_json: bool, **pins: Any) -> None:  # fmt: skip
+             as_json: bool, html_path: str | None, **pins: Any) -> None:  # fmt: skip
     """Evaluate one configuration of SCENARIO: memory breakdown, fit, time and cost; exit 1 when it does not fit."""
     est = estimate_scenario(scenario, pins, overrides(catalogs=catalogs, added=added, calibration=calibration))
+    if html_path:
+        report_html.write_page(html_path, report_html.estimate_page(est, scenario))
     if as_json:
         click.echo(report.dumps(report.estimate_json(est)), nl=False)
     else:
@@ -189,9 +201,10 @@ Examples:
 @add_catalog_option
 @calibration_option
 @json_option
+@html_option
 def pareto(scenario: str, budget: float | None, deadline_hours: float | None, plot_path: str | None,
            csv_path: str | None, time_limit: float, catalogs: tuple[str, ...], added: tuple[str, ...],
-           calibration: str | None, as_json: bool) -> None:  # fmt: skip
+           calibration: str | None, as_json: bool, html_path: str | None) -> None:  # fmt: skip
     """Every non-dominated plan of SCENARIO, cost versus wall-clock hours (each proven by CP-SAT); exit 1 if none."""
     from optimizer.pareto import pareto_scenario
 
@@ -201,6 +214,8 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
         report_front.plot_front(result, plot_path)
     if csv_path:
         report.write_atomic(csv_path, report_front.pareto_csv(result))
+    if html_path:
+        report_html.write_page(html_path, report_html.pareto_page(result))
     if as_json:
         click.echo(report.dumps(report_front.pareto_json(result)), nl=False)
     else:
@@ -217,8 +232,9 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT limit per solve (s).")
 @click.option("--strict", is_flag=True, help=f"Exit {EXIT_NO_PLAN} when any row is an error or infeasible.")
 @calibration_option
+@html_option
 def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, backend: str, address: str | None,
-          time_limit: float, strict: bool, calibration: str | None) -> None:  # fmt: skip
+          time_limit: float, strict: bool, calibration: str | None, html_path: str | None) -> None:  # fmt: skip
     """Solve every scenario in SCENARIOS (files, folders, globs); one result row per scenario."""
     from optimizer.batch import Backend, BatchSummary, expand, output_format, run_batch, sigint_ignored
 
@@ -236,7 +252,7 @@ def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, b
             raise
         # Ctrl-C after the last row: the batch is complete and ends as a complete one, summary included
     with sigint_ignored():
-        report_batch.print_batch_summary(summary, output, report.console() if output is None else err)
+        report_batch.print_batch_summary(summary, output, report.console() if output is None else err, html_path)
     if summary.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     _no_plan_unless(not strict or not (summary.counts.get("error") or summary.counts.get("infeasible")))

@@ -74,8 +74,15 @@ def batch_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-def print_batch_summary(summary: BatchSummary, output: str | None, console: Console) -> None:
-    """Counts by status, throughput, every error with its one-line message, and where the rows are."""
+def print_batch_summary(summary: BatchSummary, output: str | None, console: Console, html: str | None = None) -> None:
+    """Counts by status, throughput, every error with its one-line message, and where the rows are.
+
+    With ``html`` (``--html FILE``) the rows are also written as a page (optimizer/report_html).
+    """
+    if html:
+        from optimizer import report_html
+
+        report_html.write_page(html, report_html.batch_page(summary.rows))
     if output is None and summary.rows:
         console.print(batch_table(summary.rows))
     counts = ", ".join(f"{n} {s}" for s, n in summary.counts.items() if n)

@@ -38,6 +38,8 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
     "report_portfolio": 9, "report_reference": 9, "report_offer": 9, "cli_import": 9,
     "probe_script": 9,  # the standalone script ftopt probe copies out (stdlib only): a program, so it prints
     "cli": 10, "cli_measure": 10, "cli_portfolio": 10, "__main__": 11,
+    # report_html/: the --html pages, beside the other report modules
+    "html_shell": 9, "html_svg": 9, "html_plan": 9, "html_front": 9, "html_portfolio": 9, "html_batch": 9,
 }  # fmt: skip
 SAME_LAYER = {
     ("schema_catalog", "schema"), ("schema_plan", "schema"), ("schema_portfolio", "schema"), ("timing", "memory"),
@@ -46,6 +48,10 @@ SAME_LAYER = {
     ("activations", "pipeline"), ("comm", "memory"), ("explain", "explain_relax"), ("overheads", "memory"),
     ("space", "hosts"),
     ("report", "report_offer"),
+    ("html_svg", "html_shell"), ("html_plan", "html_shell"), ("html_plan", "html_svg"), ("html_plan", "report"),
+    ("html_front", "html_shell"), ("html_front", "html_svg"), ("html_front", "html_plan"),
+    ("html_front", "report_front"), ("html_portfolio", "html_shell"), ("html_portfolio", "html_svg"),
+    ("html_batch", "html_shell"),
 }  # fmt: skip
 TERMINAL = {"click", "rich"}  # user-interface libraries: report modules and cli only
 
