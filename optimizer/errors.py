@@ -7,7 +7,10 @@ The CLI alone catches :class:`FtoptError`, prints the message to stderr and exit
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # control characters a message quotes from a file
 
 EXIT_NO_PLAN = 1  # answered, and the answer is "no plan" / "does not fit"
 EXIT_BAD_INPUT = 2  # an FtoptError: one line on stderr
@@ -18,7 +21,8 @@ class FtoptError(Exception):
     """A user-facing error whose ``str`` is the complete one-line message."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
+        text = " ".join(str(message).split())  # one line
+        super().__init__(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))  # no raw escape sequences
 
 
 class InputError(FtoptError):

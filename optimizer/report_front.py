@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from optimizer.atomic import write_atomic
 from optimizer.errors import InputError
 from optimizer.pareto import ParetoResult
 from optimizer.report import GIB, alternatives_json, estimate_json
+from optimizer.terminal import escape
 
 # ------------------------------------------------------------------------------------------------ pareto fronts
 
@@ -75,7 +75,7 @@ def pareto_table(result: ParetoResult) -> Table:
         assert p is not None and m is not None
         layout = f"tp{p.tp} dp{p.dp} Z{p.zero_stage}/{p.offload.value} mb{p.micro_batch} ck={p.checkpointing.value}"
         chosen = i == result.chosen
-        table.add_row("*" if chosen else "", str(i), p.gpu, str(p.cards), layout, f"{h:,.2f}", f"{c:,.2f}",
+        table.add_row("*" if chosen else "", str(i), escape(p.gpu), str(p.cards), layout, f"{h:,.2f}", f"{c:,.2f}",
                       f"{m.total / GIB:.0f}/{m.capacity / GIB:.0f}", style="bold" if chosen else None)  # fmt: skip
     return table
 

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from optimizer.atomic import write_atomic
 from optimizer.errors import InputError
 from optimizer.portfolio_plan import PortfolioResult
+from optimizer.terminal import escape
 
 
 def portfolio_json(result: PortfolioResult) -> dict[str, Any]:
