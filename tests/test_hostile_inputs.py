@@ -81,8 +81,8 @@ def test_a_pipe_or_device_named_anywhere_gives_one_line(where, fifo, run_cli, wr
 
 def test_a_portfolio_catalog_that_is_a_device_gives_one_line(run_cli, tmp_path, alarm):
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(scenario_doc()))
-    doc = {"name": "p", "currency": "USD", "horizon_days": 10, "jobs": [{"name": "j", "scenario": "job.yaml", "release_day": 0,
-                                                       "due_day": 5}], "catalog": "/dev/zero"}  # fmt: skip
+    job = {"name": "j", "scenario": "job.yaml", "release_day": 0, "due_day": 5}
+    doc = {"name": "p", "currency": "USD", "horizon_days": 10, "jobs": [job], "catalog": "/dev/zero"}
     path = tmp_path / "pf.yaml"
     path.write_text(yaml.safe_dump(doc))
     _one_line_exit_2(run_cli("portfolio", path), "/dev/zero", "device")
