@@ -208,10 +208,21 @@ def plot_front(result: ParetoResult, path: str | Path) -> None:
     fmt = Path(path).suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
         raise InputError(str(path), "--plot", f"unknown plot format '{fmt or path}'; use a .png or .svg file")
-    fig = front_figure(result)
+    write_atomic(path, figure_bytes(front_figure(result), fmt))
+
+
+def figure_bytes(fig: Any, fmt: str) -> bytes:
+    """A figure as PNG or SVG bytes, identical between runs.
+
+    No date or software stamp, and SVG element ids hashed with a fixed salt (matplotlib's ``svg.hashsalt``; by
+    default a random one per process).
+    """
+    import matplotlib
+
     buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, metadata={"Software": None} if fmt == "png" else {"Date": None})
-    write_atomic(path, buf.getvalue())
+    with matplotlib.rc_context({"svg.hashsalt": "ftopt"}):
+        fig.savefig(buf, format=fmt, metadata={"Software": None} if fmt == "png" else {"Date": None})
+    return buf.getvalue()
 
 
 def front_figure(result: ParetoResult) -> Any:
