@@ -144,15 +144,21 @@ def from_torchtune_log(path: str | Path, scenario: dict[str, Any], run_id: str |
 
 def _mib_values(text: str, source: str) -> list[float]:
     values = []
-    for n, row in enumerate(csv.reader(io.StringIO(text)), start=1):
-        cells = [c.strip() for c in row if c.strip()]
-        if not cells or any("memory.used" in c for c in cells):
-            continue
-        cell = cells[-1]  # memory.used is the last column when index or name were queried too
-        m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(MiB)?", cell)
-        if not m:
-            raise InputError(source, f"line {n}", f"expected memory.used in MiB (e.g. '12345 MiB'), got {cell!r}")
-        values.append(float(m.group(1)))
+    reader = csv.reader(io.StringIO(text))
+    try:
+        for row in reader:
+            cells = [c.strip() for c in row if c.strip()]
+            if not cells or any("memory.used" in c for c in cells):
+                continue
+            cell = cells[-1]  # memory.used is the last column when index or name were queried too
+            m = re.fullmatch(r"(\d{1,12}(?:\.\d{0,12})?)\s*(MiB)?", cell)
+            if not m:
+                shown = repr(cell) if len(cell) <= 40 else repr(cell[:37]) + "..."
+                raise InputError(source, f"line {reader.line_num}", f"expected memory.used in MiB (e.g. '12345 MiB'), "
+                                 f"got {shown}")  # fmt: skip
+            values.append(float(m.group(1)))
+    except csv.Error as exc:
+        raise InputError(source, f"line {reader.line_num + 1}", f"not a readable CSV row: {exc}") from None
     if not values:
         raise InputError(source, "", "no memory.used values in the nvidia-smi capture")
     return values
