@@ -25,6 +25,7 @@ in milliseconds.
 from __future__ import annotations
 
 import csv
+import fcntl
 import glob
 import io
 import json
@@ -33,17 +34,19 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from optimizer.atomic import write_atomic
-from optimizer.errors import FtoptError, InputError
+from optimizer.atomic import check_target, open_append, write_atomic
+from optimizer.errors import FtoptError, InputError, OutputError
 from optimizer.explain import explain
+from optimizer.inputfile import read_bytes
 from optimizer.pareto import relevant
 from optimizer.planner import Overrides, load_space, named_limits, to_estimate
 from optimizer.solver import SolverSettings, solve
@@ -56,6 +59,9 @@ STATUSES = ("optimal", "feasible", "infeasible", "error")
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 
 Row = dict[str, Any]  # ROW_FIELDS -> value (None where not applicable)
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+MAX_RESULTS_BYTES = 1024 * 1024 * 1024  # a results file to resume: about 3 million rows
+MAX_STRIKES = 2  # pool breaks a scenario may be caught in before it is solved alone
 
 
 class Backend(StrEnum):
@@ -159,9 +165,9 @@ def _valid(row: Any) -> bool:
 def read_rows(path: str | Path) -> list[Row]:
     """The complete, well-formed rows of a results file; a partial last line and malformed rows are dropped."""
     target = Path(path)
-    if not target.exists():
+    if check_target(target) is None:  # refuses a device or a directory named as the output
         return []
-    text = target.read_text(encoding="utf-8", errors="replace")
+    text = read_bytes(target, str(target), MAX_RESULTS_BYTES, "a results file").decode("utf-8", errors="replace")
     complete = text[: text.rfind("\n") + 1]  # a line without its newline was cut off mid-write
     rows: list[Row] = []
     if output_format(target) == "jsonl":
@@ -219,7 +225,8 @@ def _quiet_worker() -> None:
     process group before this line is discarded rather than raised mid-start-up.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's handler is not the worker's: terminate() ends it
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
 @contextmanager
@@ -228,7 +235,7 @@ def _sigint_blocked() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
         yield
     finally:
@@ -237,15 +244,64 @@ def _sigint_blocked() -> Iterator[None]:
 
 @contextmanager
 def sigint_ignored() -> Iterator[None]:
-    """Ignore Ctrl-C while a short clean-up runs (stopping workers, rewriting the results file), then restore it."""
+    """Ignore Ctrl-C and SIGTERM while a short clean-up runs (stopping workers, rewriting the results file)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in _STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that a batch stops exactly as on Ctrl-C (rows kept, summary)."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM raises :class:`Terminated` (a KeyboardInterrupt) in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def output_lock(output: str | Path | None) -> Iterator[None]:
+    """Hold an exclusive lock on ``output`` (``.NAME.lock`` beside it) for the whole batch; OutputError if taken.
+
+    Two batches appending to one file would each rewrite it from their own rows at the end, losing the other's.
+    """
+    if output is None:
+        yield
+        return
+    target = Path(output)
+    lock = target.parent / f".{target.name[:200]}.lock"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as exc:
+        raise OutputError(str(output), f"cannot create its lock file {lock.name}: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputError(str(output), "another ftopt batch is writing this file; wait for it to finish or "
+                              "give another -o") from None  # fmt: skip
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _stop(pool: ProcessPoolExecutor, finished: bool) -> None:
@@ -274,7 +330,27 @@ def _local_rows(paths: list[str], workers: int, settings: SolverSettings,
         return
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    strikes: dict[str, int] = {}
+    queue, alone = list(paths), []
+    while queue:  # a pool that breaks (a worker killed, e.g. for memory) is replaced and its scenarios resubmitted
+        broken = yield from _pool_rows(ctx, queue, workers, settings, calibration)
+        queue = []
+        for path in broken:
+            strikes[path] = strikes.get(path, 0) + 1
+            (alone if strikes[path] >= MAX_STRIKES else queue).append(path)
+    for path in sorted(alone):  # caught in repeated breaks: solve alone, so a death is this scenario's own
+        if (yield from _pool_rows(ctx, [path], 1, settings, calibration)):
+            row = dict.fromkeys(ROW_FIELDS)
+            row.update(scenario=path, name=Path(path).stem)
+            _fail(row, "worker process died while solving this scenario (killed, e.g. by the out-of-memory killer)")
+            yield row
+
+
+def _pool_rows(ctx: Any, paths: list[str], workers: int, settings: SolverSettings,
+               calibration: str | None) -> Generator[Row, None, list[str]]:  # fmt: skip
+    """Rows of ``paths`` from one process pool; returns the paths left unsolved because the pool broke."""
     finished = False
+    broken: list[str] = []
     pool = ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=ctx, initializer=_quiet_worker)
     try:
         with _sigint_blocked():  # the workers start here: none may see SIGINT before it ignores it
@@ -286,15 +362,18 @@ def _local_rows(paths: list[str], workers: int, settings: SolverSettings,
                 exc = fut.exception()
                 if exc is None:
                     yield fut.result()
-                else:  # the worker process itself died (e.g. killed for memory)
+                elif isinstance(exc, BrokenProcessPool):
+                    broken.append(path)
+                else:  # solve_row turns every exception into a row: this is the pool's own failure
                     row = dict.fromkeys(ROW_FIELDS)
                     row.update(scenario=path, name=Path(path).stem)
                     _fail(row, f"worker failed: {type(exc).__name__}: {exc}")
                     yield row
-        finished = True
+        finished = not broken
     finally:
         with sigint_ignored():
             _stop(pool, finished)
+    return broken
 
 
 def _solve_in(cwd: str, path: str, settings: SolverSettings, calibration: str | None = None) -> Row:
@@ -352,6 +431,7 @@ class BatchSummary:
     elapsed_s: float
     interrupted: bool = False
     counts: dict[str, int] = field(default_factory=dict)  # status -> rows (of ``rows``)
+    terminated: bool = False  # the interruption was SIGTERM
 
     @property
     def errors(self) -> list[Row]:
@@ -388,6 +468,19 @@ def run_batch(
         The summary; on Ctrl-C (``interrupted``) the pending scenarios are cancelled and the output holds every
         finished row, whole and in order.
     """
+    with output_lock(output), sigterm_as_interrupt():
+        existed = output is not None and os.path.exists(output)
+        try:
+            return _run_batch(paths, output, workers, backend, address, settings, on_start, on_row, calibration)
+        except OutputError:
+            if output is not None and not existed and os.path.isfile(output) and not read_rows(output):
+                os.unlink(output)  # a batch that could not write a row leaves no empty results file behind
+            raise
+
+
+def _run_batch(paths: list[str], output: str | Path | None, workers: int | None, backend: Backend,
+               address: str | None, settings: SolverSettings, on_start: Callable[[int, int], None] | None,
+               on_row: Callable[[Row], None] | None, calibration: str | None) -> BatchSummary:  # fmt: skip
     t0 = time.perf_counter()
     n_workers = workers or available_cores()
     fmt = output_format(output) if output is not None else "jsonl"
@@ -396,41 +489,48 @@ def run_batch(
     done = {os.path.realpath(str(r["scenario"])) for r in previous if r["status"] != "error"}
     todo = [p for p in paths if os.path.realpath(p) not in done]
     kept = [r for r in previous if os.path.realpath(str(r["scenario"])) not in wanted or r["status"] != "error"]
-    if output is not None:
+    if output is not None and (previous or os.path.exists(output) or fmt == "csv"):
         write_atomic(Path(output), render_rows(final_rows(kept), fmt))  # repaired: whole lines, no stale errors
     if on_start is not None:
         on_start(len(todo), len(paths) - len(todo))
     fresh: list[Row] = []
-    interrupted = False
+    interrupted = terminated = False
     try:
         _stream(todo, output, fmt, n_workers, backend, address, settings, fresh, on_row, calibration)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as exc:
+        interrupted, terminated = True, isinstance(exc, Terminated)
     with sigint_ignored():  # every row is in: a late Ctrl-C must not lose the summary of them
         mine = [r for r in final_rows(kept + fresh) if os.path.realpath(str(r["scenario"])) in wanted]
         counts = {s: sum(1 for r in mine if r["status"] == s) for s in STATUSES}
         return BatchSummary(len(paths), len(paths) - len(todo), len(fresh), mine, time.perf_counter() - t0,
-                            interrupted, counts)  # fmt: skip
+                            interrupted, counts, terminated)  # fmt: skip
 
 
 def _stream(todo: list[str], output: str | Path | None, fmt: str, workers: int, backend: Backend,
             address: str | None, settings: SolverSettings, fresh: list[Row],
             on_row: Callable[[Row], None] | None, calibration: str | None = None) -> None:  # fmt: skip
     """Solve ``todo``, appending each row to ``fresh`` and to the output (flushed); finally rewrite it in order."""
-    stream = open(output, "a", encoding="utf-8", newline="") if output is not None else None
+    stream = open_append(output) if output is not None else None
     rows = (_ray_rows(todo, workers, address, settings, calibration) if backend is Backend.ray
             else _local_rows(todo, workers, settings, calibration))  # fmt: skip
     try:
         for row in rows:
             fresh.append(row)
             if stream is not None:
-                stream.write(format_row(row, fmt))
-                stream.flush()
+                try:
+                    stream.write(format_row(row, fmt))
+                    stream.flush()
+                except OSError as exc:  # a full disk, the file-size limit: the rows so far stay in the file
+                    raise OutputError(str(output), f"cannot be written: {exc.strerror or exc}; the rows written "
+                                      "before are kept, rerun to resume") from None  # fmt: skip
             if on_row is not None:
                 on_row(row)
     finally:
         with sigint_ignored():  # a second Ctrl-C must not cut the clean-up short
             rows.close()  # stops the pool or cancels the Ray tasks still pending
             if stream is not None:
-                stream.close()
+                try:
+                    stream.close()
+                except OSError:
+                    pass  # reported by the write that failed, or by the rewrite below
                 write_atomic(Path(output), render_rows(final_rows(read_rows(output)), fmt))  # type: ignore[arg-type]

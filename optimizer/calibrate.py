@@ -36,7 +36,6 @@ the published cases are all within 2.5x).
 from __future__ import annotations
 
 import math
-import re
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -46,7 +45,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from optimizer.atomic import write_atomic
+from optimizer.atomic import safe_name, write_atomic
 from optimizer.catalog import builtin_offer_names, load_catalog, load_scenario, resolve_model, resolve_offer_file
 from optimizer.configs import PRECISION
 from optimizer.errors import InputError
@@ -128,7 +127,7 @@ def predict(case: Case, workdir: Path, overlay_file: Path | None = None, label: 
     Errors name ``label`` (the measurement file) and the case id rather than the temporary scenario file.
     """
     doc = {k: v for k, v in case.scenario.items() if k != "calibration"}
-    path = workdir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', case.id)[:100]}.yaml"
+    path = workdir / f"{safe_name(case.id)}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     ov = Overrides(calibration=str(overlay_file) if overlay_file else None)
     try:

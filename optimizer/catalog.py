@@ -7,7 +7,6 @@ are matched case-insensitively, GPU aliases included; an unknown name is an erro
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.errors import InputError, did_you_mean
+from optimizer.inputfile import read_json
 from optimizer.schema import HfConfigRef, ModelArch, Scenario
 from optimizer.schema_catalog import Accuracy, FxFile, FxRate, Gpu, GpuFile, ModelFile, Offer, OfferFile
 from optimizer.yamlio import read_yaml, validate
@@ -232,16 +232,7 @@ def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
         raise InputError(label, "model.hf_config", f"'{path}' is a directory, expected a config.json file")
     if not p.is_file():
         raise InputError(label, "model.hf_config", f"config file '{path}' not found")
-    if p.stat().st_size > 4 * 1024 * 1024:  # a config.json is a few KiB
-        raise InputError(str(p), "", "config file is larger than 4 MiB; expected an HF config.json")
-    try:
-        cfg = json.loads(p.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InputError(str(p), "", f"not UTF-8 text (invalid byte at offset {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(str(p), "", f"line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}") from None
-    except RecursionError:
-        raise InputError(str(p), "", "JSON nested too deeply; expected an HF config.json") from None
+    cfg = read_json(p, str(p), 4 * 1024 * 1024, "an HF config.json")  # a config.json is a few KiB
     if not isinstance(cfg, dict):
         raise InputError(str(p), "", "expected a JSON object")
     missing = [hf for hf in _HF_KEYS.values() if hf not in cfg]
@@ -303,10 +294,10 @@ def _params_note(arch: ModelArch, catalog: Catalog, config_path: Path | None) ->
     index = config_path.parent / "model.safetensors.index.json" if config_path else None
     if not published and index is not None and index.is_file():
         try:
-            total = json.loads(index.read_text(encoding="utf-8"))["metadata"]["total_size"]
-            dtype = json.loads(config_path.read_text(encoding="utf-8")).get("torch_dtype")  # type: ignore[union-attr]
-        except (OSError, ValueError, KeyError, TypeError):
-            total, dtype = None, None
+            total = read_json(index, str(index), expected="a safetensors index")["metadata"]["total_size"]
+            dtype = read_json(config_path, str(config_path)).get("torch_dtype")  # type: ignore[arg-type]
+        except (InputError, KeyError, TypeError, AttributeError):
+            total, dtype = None, None  # an unreadable index only loses the cross-check
         width = {"bfloat16": 2, "float16": 2, "float32": 4}.get(str(dtype))
         published = int(total) // width if isinstance(total, int) and width else None
         label = f"{index.name} ({dtype} weights)"

@@ -2,7 +2,8 @@
 
 Exit status (EXIT_CODES, also in ``ftopt --help`` and README.md): 0 an answer with a plan; 1 an answer without
 one (infeasible scenario, an estimate that does not fit, ``batch --strict`` with an error or infeasible row);
-2 bad input (every FtoptError: one line on stderr, nothing written); 130 interrupted (Ctrl-C).
+2 bad input (every FtoptError: one line on stderr, nothing written); 3 an output file could not be written
+(OutputError); 130 interrupted (Ctrl-C); 143 batch ended by SIGTERM.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from optimizer.catalog import load_catalog
 from optimizer.cli_import import import_group
 from optimizer.cli_measure import calibrate_command, probe_command
 from optimizer.cli_portfolio import portfolio as portfolio_command
-from optimizer.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_NO_PLAN, FtoptError
+from optimizer.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_NO_PLAN,
+    EXIT_OUTPUT,
+    EXIT_TERMINATED,
+    FtoptError,
+)
 from optimizer.planner import Overrides, estimate_scenario, solve_scenario
 from optimizer.schema import Checkpointing, Objective, Offload, Precision
 from optimizer.solver import SolverSettings
@@ -31,7 +39,10 @@ Exit status:
   {EXIT_NO_PLAN}    answered without a plan: infeasible scenario, estimate DOES NOT FIT, batch --strict with an
        error or infeasible row
   {EXIT_BAD_INPUT}    bad input: the one-line error names the file, the field and what is allowed
+  {EXIT_OUTPUT}    an output file could not be written (not a regular file, read-only folder, full disk, size
+       limit, another batch writing it): one line; the previous file is kept
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); batch keeps every finished row
+  {EXIT_TERMINATED}  batch ended by SIGTERM: every finished row kept and the summary printed, as for Ctrl-C
 """
 
 
@@ -105,7 +116,7 @@ class FtoptGroup(click.Group):
             return super().invoke(ctx)
         except FtoptError as exc:
             click.echo(f"ftopt: error: {exc}", err=True)
-            ctx.exit(EXIT_BAD_INPUT)
+            ctx.exit(getattr(exc, "exit_code", EXIT_BAD_INPUT))
 
 
 @click.group(cls=FtoptGroup, epilog=EXIT_CODES)
@@ -254,7 +265,7 @@ def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, b
     with sigint_ignored():
         report_batch.print_batch_summary(summary, output, report.console() if output is None else err, html_path)
     if summary.interrupted:
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(EXIT_TERMINATED if summary.terminated else EXIT_INTERRUPTED)
     _no_plan_unless(not strict or not (summary.counts.get("error") or summary.counts.get("infeasible")))
 
 

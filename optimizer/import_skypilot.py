@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ast
 import csv
+import io
+import math
 import re
 import statistics
 import tempfile
@@ -29,10 +31,12 @@ import yaml
 
 from optimizer import catalog as catalog_mod
 from optimizer.errors import InputError
+from optimizer.inputfile import MAX_LOG_BYTES, read_text
 from optimizer.schema_catalog import Gpu
 from optimizer.yamlio import read_yaml
 
 REQUIRED = ("AcceleratorName", "AcceleratorCount", "Price", "Region")
+MAX_CARDS = 1024  # cards in one instance; the largest SkyPilot rows list 16
 
 
 class _Dumper(yaml.SafeDumper):
@@ -52,11 +56,18 @@ class ImportResult:
 
 
 def _num(text: str | None) -> float | None:
+    """The cell as a finite number, or None (empty, not a number, NaN or infinite)."""
     try:
         value = float(text) if text not in (None, "") else None
     except ValueError:
         return None
-    return value if value is not None and value == value else None
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _count(row: dict[str, str]) -> int | None:
+    """AcceleratorCount as a whole number of cards from 1 to MAX_CARDS, or None (0, 0.5, inf, text)."""
+    value = _num(row.get("AcceleratorCount"))
+    return int(value) if value is not None and value.is_integer() and 1 <= value <= MAX_CARDS else None
 
 
 def _slug(text: str) -> str:
@@ -64,15 +75,20 @@ def _slug(text: str) -> str:
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
-    """The CSV rows; a missing file or column is a one-line InputError."""
-    if not path.is_file():
-        raise InputError(str(path), "", "SkyPilot catalog CSV not found")
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
+    """The CSV rows (the file read through inputfile.read_text, at most MAX_LOG_BYTES); problems are InputErrors.
+
+    A missing column, a field over csv's 128 KiB field limit, a NUL byte or a row that cannot be parsed is a
+    one-line error naming the file and the line.
+    """
+    text = read_text(path, str(path), MAX_LOG_BYTES, "a SkyPilot vms.csv file")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
             raise InputError(str(path), missing[0], f"column missing; a SkyPilot vms.csv has {', '.join(REQUIRED)}")
         return list(reader)
+    except csv.Error as exc:
+        raise InputError(str(path), f"line {reader.line_num + 1}", f"not a readable CSV row: {exc}") from None
 
 
 def gpu_memory_mib(row: dict[str, str], rules: dict[str, Any]) -> float | None:
@@ -85,7 +101,7 @@ def gpu_memory_mib(row: dict[str, str], rules: dict[str, Any]) -> float | None:
         size = float(info["Gpus"][0]["MemoryInfo"]["SizeInMiB"])
     except (ValueError, SyntaxError, KeyError, IndexError, TypeError):
         return None
-    count = _num(row.get("AcceleratorCount")) or 1.0
+    count = _count(row) or 1
     return size / count if rules.get("gpuinfo_total") else size
 
 
@@ -104,7 +120,7 @@ def _gcp_vm_rows(rows: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, 
 def _with_gcp_vm(row: dict[str, str], vms: dict, rules: dict[str, Any]) -> dict[str, str] | None:
     """A GCP accelerator row with its VM's type, price, spot, vCPUs and RAM added; None without a VM row."""
     pattern = rules.get("vm_for", {}).get(row["AcceleratorName"])
-    count = int(_num(row["AcceleratorCount"]) or 0)
+    count = _count(row) or 0
     vm = vms.get((pattern.format(n=count), row.get("AvailabilityZone", ""))) if pattern else None
     if vm is None:
         return None
@@ -132,7 +148,7 @@ def _offer(key: tuple[str, str], group: list[dict[str, str]], gpu: Gpu, cloud: s
            source: str, as_of: date) -> dict[str, Any]:  # fmt: skip
     instance, region = key
     row = next((r for r in group if _disk(r)[0] is not None), group[0])  # v9 rows carry the local disk
-    count = int(_num(row["AcceleratorCount"]) or 1)
+    count = _count(row) or 1  # build_offers keeps only rows with a valid count
     price = _num(row["Price"]) or 0.0
     where = f"{source}, row {instance} {region}" + (" (VM row + accelerator row)" if "vm_for" in rules else "")
     offer: dict[str, Any] = {
@@ -177,6 +193,9 @@ def build_offers(rows: list[dict[str, str]], cloud: str, gpus: dict[str, Gpu], r
         name = row.get("AcceleratorName") or ""
         if not name:
             continue  # a VM row (GCP) or a CPU instance
+        if _count(row) is None:
+            skipped[f"{name[:60]}: AcceleratorCount is not a whole number of cards from 1 to {MAX_CARDS}"] += 1
+            continue
         if vms:
             row = _with_gcp_vm(row, vms, rules)  # type: ignore[assignment]
             if row is None:

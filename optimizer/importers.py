@@ -22,30 +22,23 @@ from __future__ import annotations
 
 import csv
 import io
-import json
+import math
 import re
 import statistics
 from pathlib import Path
 from typing import Any
 
 from optimizer.errors import InputError
+from optimizer.inputfile import MAX_LOG_BYTES, parse_json, read_text
 from optimizer.measure import Case, load_cases, parse_cases
 
-MAX_LOG_BYTES = 64 * 1024 * 1024  # a long run's metric log; far beyond any real trainer_state.json
 MIB_PER_GIB = 1024.0
 TORCHTUNE_LINE = re.compile(r"^Step (\d+) \| (.*)$")
 TORCHTUNE_PAIR = re.compile(r"(\S+?):(\S+)")
 
 
 def _text(path: Path) -> str:
-    if not path.is_file():
-        raise InputError(str(path), "", "measurement file not found" if not path.exists() else "not a file")
-    if path.stat().st_size > MAX_LOG_BYTES:
-        raise InputError(str(path), "", f"larger than {MAX_LOG_BYTES // 2**20} MiB; expected a log or measurement file")
-    try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(str(path), "", f"not UTF-8 text (invalid byte at offset {exc.start})") from None
+    return read_text(path, str(path), MAX_LOG_BYTES, "a log or measurement file")
 
 
 def detect(path: str | Path) -> str:
@@ -71,19 +64,21 @@ def _positive(entry: dict[str, Any], key: str, source: str) -> float | None:
     value = entry.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or value == float("inf"):
-        raise InputError(source, f"log_history[-1].{key}", f"expected a positive number, got {value!r}")
-    return float(value)
+    try:
+        number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an integer of hundreds of digits
+        number = math.inf
+    if not (number > 0 and math.isfinite(number)):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise InputError(source, f"log_history[-1].{key}", f"expected a positive finite number, got {shown}")
+    return number
 
 
 def from_trainer_state(path: str | Path, scenario: dict[str, Any], run_id: str | None = None) -> Case:
     """A time measurement from HF Trainer's ``trainer_state.json`` (see the module docstring)."""
     p = Path(path)
     source = str(p)
-    try:
-        doc = json.loads(_text(p))
-    except json.JSONDecodeError as exc:
-        raise InputError(source, "", f"line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}") from None
+    doc = parse_json(_text(p), source, "HF Trainer's trainer_state.json")
     history = doc.get("log_history") if isinstance(doc, dict) else None
     if not isinstance(history, list):
         raise InputError(source, "log_history", "expected HF Trainer's trainer_state.json with a log_history list")
@@ -149,15 +144,21 @@ def from_torchtune_log(path: str | Path, scenario: dict[str, Any], run_id: str |
 
 def _mib_values(text: str, source: str) -> list[float]:
     values = []
-    for n, row in enumerate(csv.reader(io.StringIO(text)), start=1):
-        cells = [c.strip() for c in row if c.strip()]
-        if not cells or any("memory.used" in c for c in cells):
-            continue
-        cell = cells[-1]  # memory.used is the last column when index or name were queried too
-        m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(MiB)?", cell)
-        if not m:
-            raise InputError(source, f"line {n}", f"expected memory.used in MiB (e.g. '12345 MiB'), got {cell!r}")
-        values.append(float(m.group(1)))
+    reader = csv.reader(io.StringIO(text))
+    try:
+        for row in reader:
+            cells = [c.strip() for c in row if c.strip()]
+            if not cells or any("memory.used" in c for c in cells):
+                continue
+            cell = cells[-1]  # memory.used is the last column when index or name were queried too
+            m = re.fullmatch(r"(\d{1,12}(?:\.\d{0,12})?)\s*(MiB)?", cell)
+            if not m:
+                shown = repr(cell) if len(cell) <= 40 else repr(cell[:37]) + "..."
+                raise InputError(source, f"line {reader.line_num}", f"expected memory.used in MiB (e.g. '12345 MiB'), "
+                                 f"got {shown}")  # fmt: skip
+            values.append(float(m.group(1)))
+    except csv.Error as exc:
+        raise InputError(source, f"line {reader.line_num + 1}", f"not a readable CSV row: {exc}") from None
     if not values:
         raise InputError(source, "", "no memory.used values in the nvidia-smi capture")
     return values

@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-from optimizer.atomic import write_atomic
+from optimizer.atomic import safe_name, write_atomic
 from optimizer.calibrate import scenario_document
 from optimizer.errors import InputError
 from optimizer.models import cost
 from optimizer.planner import Overrides, estimate_scenario, prepare, solve_scenario
-from optimizer.schema import Framework, ModelArch
+from optimizer.schema import MAX_NAME, Framework, ModelArch
 from optimizer.schema_plan import Estimate, Plan
 
 DEFAULT_STEPS = 20
@@ -114,7 +114,7 @@ def trial_document(base: dict[str, Any], p: Plan, cards: int, tokens_steps: int,
     Billed by the hour where the offer has an hourly price (``hourly``), else by its shortest term.
     """
     doc = {k: v for k, v in base.items() if k not in EXCLUDED}
-    doc["name"] = f"probe-{base.get('name', 'scenario')}"
+    doc["name"] = f"probe-{base.get('name', 'scenario')}"[:MAX_NAME]
     doc["global_batch"] = p.micro_batch * cards
     doc["data"] = {"tokens": float(tokens_steps * p.micro_batch * cards * base["seq_len"]), "epochs": 1}
     doc["plan"] = {"gpu": p.gpu, "offer": p.offer, "cards": cards, "tp": 1, "zero_stage": p.zero_stage,
@@ -126,7 +126,7 @@ def trial_document(base: dict[str, Any], p: Plan, cards: int, tokens_steps: int,
 
 
 def _estimate(doc: dict[str, Any], workdir: Path, ov: Overrides) -> Estimate:
-    path = workdir / f"{doc['name']}-{doc['plan']['cards']}.yaml"
+    path = workdir / f"{safe_name(str(doc['name']))}-{doc['plan']['cards']}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return estimate_scenario(path, {}, Overrides(calibration=ov.calibration))
 

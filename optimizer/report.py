@@ -7,7 +7,6 @@ from typing import Any
 
 import yaml
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from optimizer.atomic import write_atomic
@@ -17,6 +16,7 @@ from optimizer.planner import SolveResult
 from optimizer.report_measure import calibration_lines
 from optimizer.report_offer import renting_lines
 from optimizer.schema_plan import Estimate
+from optimizer.terminal import escape
 
 __all__ = ["write_atomic"]  # re-exported for the CLI
 
@@ -144,7 +144,7 @@ def estimate_lines(est: Estimate) -> list[Any]:
     fits = "fits" if est.memory.fits else "DOES NOT FIT"
     return [
         *model_lines(est),
-        f"[bold]Plan[/bold] ({est.status.value}): {_plan_line(est)}",
+        f"[bold]Plan[/bold] ({est.status.value}): {escape(_plan_line(est))}",
         *offer_lines(est),
         memory_table(est),
         f"Memory: {fits}. Time: {t.hours:,.1f} h wall clock, {t.steps:,} steps of {t.step_seconds:.2f} s, "
@@ -214,7 +214,7 @@ def alternatives_table(result: SolveResult) -> Table:
         assert p is not None and m is not None and t is not None
         layout = f"tp{p.tp} dp{p.dp} Z{p.zero_stage}/{p.offload.value} mb{p.micro_batch} ck={p.checkpointing.value}"
         table.add_row(
-            p.gpu,
+            escape(p.gpu),
             str(p.cards),
             layout,
             f"{t.hours:,.1f}",
@@ -234,11 +234,11 @@ def print_solve(result: SolveResult, console: Console) -> None:
     """Human-readable solve result."""
     sc = result.scenario
     console.print(
-        f"[bold]{sc.name}[/bold]: {sc.method.value} fine-tuning, objective {sc.objective.value}, "
+        f"[bold]{escape(sc.name)}[/bold]: {sc.method.value} fine-tuning, objective {sc.objective.value}, "
         f"{result.candidates} candidate plans after pruning ({result.enumerated:,} configurations evaluated)"
     )
     if result.relaxation is not None:
-        console.print(f"[bold red]Infeasible[/bold red]: {result.relaxation.message}")
+        console.print(f"[bold red]Infeasible[/bold red]: {escape(result.relaxation.message)}")
         return
     for item in estimate_lines(result.best):
         console.print(item)
@@ -246,7 +246,7 @@ def print_solve(result: SolveResult, console: Console) -> None:
         f"best found within the time limit; proven bound {result.bound:g}")
     console.print(f"Optimality: {proof}")
     for i, est in enumerate(result.top[1:], start=2):
-        console.print(f"#{i}: {_plan_line(est)}; {est.time.hours:,.1f} h; {_cost(est):,.2f} {result.currency}")  # type: ignore[union-attr]
+        console.print(f"#{i}: {escape(_plan_line(est))}; {est.time.hours:,.1f} h; {_cost(est):,.2f} {result.currency}")  # type: ignore[union-attr]
     if result.launch:
         console.print("[bold]Launch settings[/bold] (write them with --launch-dir):")
         console.print(escape(launch_text(result.launch)), highlight=False)

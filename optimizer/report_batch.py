@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from optimizer.batch import BatchSummary, sigint_ignored
+from optimizer.terminal import escape
 
 # ------------------------------------------------------------------------------------------------ batch
 
@@ -69,8 +69,8 @@ def batch_table(rows: list[dict[str, Any]]) -> Table:
         layout = f"tp{r['tp']} dp{r['dp']} Z{r['zero_stage']}/{r['offload']} mb{r['micro_batch']}" if solved else ""
         cost = f"{float(r['cost']):,.2f} {r['currency']}" if solved else ""
         hours = f"{float(r['hours']):,.2f}" if solved else ""
-        table.add_row(str(r["scenario"]), str(r["status"]), r["gpu"] or "", str(r["cards"] or ""), layout, hours,
-                      cost, r["error"] or "")  # fmt: skip
+        table.add_row(escape(str(r["scenario"])), str(r["status"]), escape(r["gpu"] or ""), str(r["cards"] or ""),
+                      layout, hours, cost, escape(r["error"] or ""))  # fmt: skip
     return table
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from optimizer.catalog import Catalog
 from optimizer.errors import InputError, did_you_mean
 from optimizer.schema import Term
 from optimizer.schema_catalog import Gpu, Offer
+from optimizer.terminal import escape
 from optimizer.validator import CatalogCounts
 
 # ------------------------------------------------------------------------------------------------ catalog and models
@@ -61,8 +61,8 @@ def gpu_table(rows: list[dict[str, Any]]) -> Table:
         usd = f"{r['cheapest_hourly_usd']:,.2f}" if r["cheapest_hourly_usd"] is not None else "- (no USD rate)"
         own = f"{r['cheapest_hourly']:,.4g} {r['currency']}" if priced else "-"
         tflops = f"{r['bf16_tflops']:g}" if r["bf16_tflops"] is not None else "- (no bf16)"
-        table.add_row(r["gpu"], f"{r['memory_gib']:g}", tflops, str(r["offers"]), usd if priced else "-", own,
-                      r["cheapest_offer"] or "-")  # fmt: skip
+        table.add_row(escape(r["gpu"]), f"{r['memory_gib']:g}", tflops, str(r["offers"]), usd if priced else "-",
+                      own, escape(r["cheapest_offer"] or "-"))  # fmt: skip
     return table
 
 
@@ -134,7 +134,7 @@ def model_table(rows: list[dict[str, Any]]) -> Table:
     for col in ("params", "L", "h", "I", "a/kv", "V", "tied"):
         table.add_column(col, justify="right", no_wrap=True)
     for r in rows:
-        table.add_row(r["name"], f"{r['params'] / 1e9:,.2f} B", str(r["layers"]), str(r["hidden"]),
+        table.add_row(escape(r["name"]), f"{r['params'] / 1e9:,.2f} B", str(r["layers"]), str(r["hidden"]),
                       str(r["intermediate"]), f"{r['heads']}/{r['kv_heads']}", str(r["vocab"]),
                       "yes" if r["tied_embeddings"] else "no")  # fmt: skip
     return table

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from optimizer.atomic import write_atomic
 from optimizer.errors import InputError
 from optimizer.pareto import ParetoResult
 from optimizer.report import GIB, alternatives_json, estimate_json
+from optimizer.terminal import escape
 
 # ------------------------------------------------------------------------------------------------ pareto fronts
 
@@ -75,7 +75,7 @@ def pareto_table(result: ParetoResult) -> Table:
         assert p is not None and m is not None
         layout = f"tp{p.tp} dp{p.dp} Z{p.zero_stage}/{p.offload.value} mb{p.micro_batch} ck={p.checkpointing.value}"
         chosen = i == result.chosen
-        table.add_row("*" if chosen else "", str(i), p.gpu, str(p.cards), layout, f"{h:,.2f}", f"{c:,.2f}",
+        table.add_row("*" if chosen else "", str(i), escape(p.gpu), str(p.cards), layout, f"{h:,.2f}", f"{c:,.2f}",
                       f"{m.total / GIB:.0f}/{m.capacity / GIB:.0f}", style="bold" if chosen else None)  # fmt: skip
     return table
 
@@ -208,10 +208,21 @@ def plot_front(result: ParetoResult, path: str | Path) -> None:
     fmt = Path(path).suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
         raise InputError(str(path), "--plot", f"unknown plot format '{fmt or path}'; use a .png or .svg file")
-    fig = front_figure(result)
+    write_atomic(path, figure_bytes(front_figure(result), fmt))
+
+
+def figure_bytes(fig: Any, fmt: str) -> bytes:
+    """A figure as PNG or SVG bytes, identical between runs.
+
+    No date or software stamp, and SVG element ids hashed with a fixed salt (matplotlib's ``svg.hashsalt``; by
+    default a random one per process).
+    """
+    import matplotlib
+
     buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, metadata={"Software": None} if fmt == "png" else {"Date": None})
-    write_atomic(path, buf.getvalue())
+    with matplotlib.rc_context({"svg.hashsalt": "ftopt"}):
+        fig.savefig(buf, format=fmt, metadata={"Software": None} if fmt == "png" else {"Date": None})
+    return buf.getvalue()
 
 
 def front_figure(result: ParetoResult) -> Any:

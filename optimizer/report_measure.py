@@ -10,6 +10,7 @@ from rich.table import Table
 from optimizer.calibrate import Result, Row, unit_of
 from optimizer.probe import Probe
 from optimizer.schema_plan import Estimate
+from optimizer.terminal import escape
 
 
 def _fmt(value: float | None, row: Row) -> str:
@@ -43,10 +44,10 @@ def print_calibration(result: Result, output: str | None, console: Console) -> N
         table.add_column(col, justify="right" if col in ("measured", "before", "after") else "left")
     for r in result.rows:
         if not r.used:
-            table.add_row(r.id, r.model, r.group, "-", r.note, "")
+            table.add_row(escape(r.id), escape(r.model), escape(r.group), "-", escape(r.note), "")
             continue
         unit = unit_of(r)[1]
-        table.add_row(r.id, r.model, r.group, f"{_fmt(r.measured, r)} {unit}",
+        table.add_row(escape(r.id), escape(r.model), escape(r.group), f"{_fmt(r.measured, r)} {unit}",
                       f"{_fmt(r.before, r)} ({_err(r.before, r.measured)})",
                       f"{_fmt(r.after, r)} ({_err(r.after, r.measured)})")  # fmt: skip
     console.print(table)
@@ -58,10 +59,11 @@ def print_calibration(result: Result, output: str | None, console: Console) -> N
     for name, gs in (("time", ov.time), ("memory", ov.memory)):
         for g in gs:
             band = "-" if g.band is None else f"{g.band.ratio_p10:.3f}-{g.band.ratio_p90:.3f}"
-            groups.add_row(name, " x ".join(g.key), str(g.n), f"{g.factor:.4f}", band)
+            groups.add_row(name, escape(" x ".join(g.key)), str(g.n), f"{g.factor:.4f}", band)
     console.print(groups)
     if output:
-        console.print(f"Overlay written to {output}; apply it with --calibration {output} or `calibration: {output}`.")
+        shown = escape(output)
+        console.print(f"Overlay written to {shown}; apply it with --calibration {shown} or `calibration: {shown}`.")
 
 
 def calibration_lines(est: Estimate) -> list[str]:
@@ -71,10 +73,11 @@ def calibration_lines(est: Estimate) -> list[str]:
         return []
     parts = [f"{name} x{g.factor:.3f} from {len(g.measurements)} measurement{'s' if len(g.measurements) > 1 else ''}"
              for name, g in (("time", use.time), ("memory", use.memory)) if g is not None]  # fmt: skip
-    return [f"Calibration overlay {use.overlay}: " + ("; ".join(parts) if parts else "no group matches this plan")]
+    found = "; ".join(parts) if parts else "no group matches this plan"
+    return [f"Calibration overlay {escape(use.overlay)}: {found}"]
 
 
 def print_probe(probe: Probe, console: Console) -> None:
     """The probe's configuration, cost, the saving it can unlock and how to run it."""
     for line in probe.lines():
-        console.print(line, highlight=False)
+        console.print(escape(line), highlight=False)

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from optimizer.atomic import write_atomic
 from optimizer.errors import InputError
 from optimizer.portfolio_plan import PortfolioResult
+from optimizer.terminal import escape
 
 
 def portfolio_json(result: PortfolioResult) -> dict[str, Any]:
@@ -101,7 +101,6 @@ def plot_schedule(result: PortfolioResult, path: str | Path) -> None:
         from matplotlib.figure import Figure
     except ImportError:
         raise InputError("--plot", "", "matplotlib is not installed; pip install 'ftopt[plot]'") from None
-    import io
 
     lanes: list[str] = []
     bars: list[tuple[int, float, float, str, str]] = []
@@ -134,6 +133,6 @@ def plot_schedule(result: PortfolioResult, path: str | Path) -> None:
                  else f"{result.name}: {result.status}")  # fmt: skip
     ax.invert_yaxis()
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, metadata={"Software": None} if fmt == "png" else {"Date": None})
-    write_atomic(path, buf.getvalue())
+    from optimizer.report_front import figure_bytes
+
+    write_atomic(path, figure_bytes(fig, fmt))

@@ -152,10 +152,15 @@ Float = Annotated[float, BeforeValidator(_not_bool)]
 PositiveFloat = Annotated[float, BeforeValidator(_not_bool), Field(gt=0, allow_inf_nan=False)]
 
 
-class Strict(BaseModel):
-    """Base: unknown keys are errors, NaN and infinities are rejected, enums are stored as values."""
+MAX_TEXT = 4096  # characters in any string of a scenario, catalog or measurement; the longest shipped note has 1,321
+MAX_NAME = 256  # characters in a scenario or model name (names reach terminals, tables and file names)
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, use_enum_values=False, frozen=True)
+
+class Strict(BaseModel):
+    """Base: unknown keys are errors, NaN and infinities are rejected, enums are stored as values, strings capped."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, use_enum_values=False, frozen=True,
+                              str_max_length=MAX_TEXT)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -168,7 +173,7 @@ class ModelArch(Strict):
     ``intermediate`` is the width of one SwiGLU branch (per expert for MoE).
     """
 
-    name: str = Field("custom", description="display name")
+    name: str = Field("custom", max_length=MAX_NAME, description="display name")
     layers: Int = Field(gt=0, le=1000, description="decoder blocks L")
     hidden: Int = Field(gt=0, le=200_000, description="model width h")
     intermediate: Int = Field(gt=0, le=1_000_000, description="SwiGLU branch width I")
@@ -475,7 +480,7 @@ class PlanPins(Strict):
 class Scenario(Strict):
     """A fine-tuning job and its limits."""
 
-    name: str | None = Field(None, description="defaults to the file name")
+    name: str | None = Field(None, max_length=MAX_NAME, description="defaults to the file name")
     model: ModelField = Field(
         description="a catalogs/models.yaml name (or an -Instruct/-Chat/-it/-hf variant of "
         "one), an inline architecture mapping, or {hf_config: path/to/config.json}"

@@ -33,9 +33,11 @@ gpu id, offer id, capacity), a deterministic tie-break that prefers the simpler 
 The nonlinear models never enter CP-SAT: they were evaluated in space.py; CP-SAT sees linear sums of booleans.
 
 Status (status_of): OPTIMAL -> optimal; FEASIBLE, CP-SAT stopped by the time limit with a plan -> feasible, with
-the proven lower bound of the first objective; UNKNOWN, stopped before any plan -> SolverLimitError (one line);
-INFEASIBLE -> infeasible, with the assumption literals of a sufficient core (explain.py shrinks it). The time limit
-bounds the whole lexicographic solve: each level gets what the previous ones left.
+the proven lower bound of the first objective; UNKNOWN, stopped before any plan -> the candidate table's own
+lexicographic best (incumbent(), also CP-SAT's solution hint) as feasible, or infeasible when no candidate meets
+every limit, so a command under any --time-limit answers with a plan when one exists; INFEASIBLE -> infeasible,
+with the assumption literals of a sufficient core (explain.py shrinks it). The time limit bounds the whole
+lexicographic solve, model building included: each level gets what the previous ones left.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
-from optimizer.errors import InputError, SolverLimitError
+from optimizer.errors import InputError
 from optimizer.schema import Objective, Status
 from optimizer.space import Space
 
@@ -203,6 +205,29 @@ def _build(cols: _Columns, subset: np.ndarray, limits: Limits) -> tuple[cp_model
     return model, pick, lits, x
 
 
+def incumbent(cols: _Columns, subset: np.ndarray, limits: Limits, levels: list[str]) -> int | None:
+    """The lexicographic best candidate of ``subset`` under ``limits``, read from the candidate table (numpy).
+
+    Candidates breaking a limit are dropped, then the first of (levels[0], levels[1], rank) ascending wins: the
+    same order CP-SAT minimises. It seeds CP-SAT (a solution hint) and is the answer, labelled ``feasible`` (not
+    proven), when the time limit ends before CP-SAT has one. None when no candidate meets every limit.
+    """
+    ok = subset.copy()
+    for allowed, attr in ((limits.gpus, cols.gpu_id), (limits.providers, cols.provider)):
+        if allowed is not None:
+            ok &= np.fromiter((a in allowed for a in attr), dtype=bool, count=len(attr))
+    for name, var in (("max_cards", "cards"), ("max_nodes", "nodes"), ("budget_cents", "cost_cents"),
+                      ("deadline_s", "deadline_time_s")):  # fmt: skip
+        bound = getattr(limits, name)
+        if bound is not None:
+            ok &= cols.values[var] <= bound
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return None
+    order = np.lexsort((cols.rank[idx], cols.values[levels[1]][idx], cols.values[levels[0]][idx]))
+    return int(idx[order[0]])
+
+
 def _solver(settings: SolverSettings, time_limit_s: float) -> cp_model.CpSolver:
     s = cp_model.CpSolver()
     s.parameters.max_time_in_seconds = max(time_limit_s, 1e-6)
@@ -237,17 +262,21 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
 
     ``settings.time_limit_s`` bounds the whole call. When CP-SAT stops early with a solution the outcome is
     ``feasible`` with the proven lower bound of the first objective (cents or seconds); when it stops before
-    finding any, SolverLimitError says so. A later (tie-break) level cut short keeps the previous level's plan.
+    finding any, the answer is :func:`incumbent` (feasible; bound: CP-SAT's, at least the subset's minimum).
+    A later (tie-break) level cut short keeps the previous level's plan.
     """
+    started = time.monotonic()
     cols = _Columns(space)
     n = len(space.cand)
     subset = np.ones(n, dtype=bool) if subset is None else subset
     if n == 0 or not subset.any():
         return Outcome(Status.infeasible, None)
+    levels = ["cost_cents", "time_s"] if objective is Objective.cost else ["time_s", "cost_cents"]
+    best = incumbent(cols, subset, limits, levels)
     model, pick, lits, x = _build(cols, subset, limits)
     model.add_assumptions(list(lits.values()))
-    levels = ["cost_cents", "time_s"] if objective is Objective.cost else ["time_s", "cost_cents"]
-    started = time.monotonic()
+    if best is not None:
+        model.add_hint(pick[best], 1)
     status = Status.optimal
     chosen: int | None = None
     first_value: int | None = None
@@ -260,11 +289,14 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
         result = status_of(solver.solve(model))
         if result is Status.infeasible:
             return Outcome(Status.infeasible, None, binding=_core(solver, lits))
-        if result is None:  # time limit before any solution of this level
-            if chosen is None:
-                raise SolverLimitError(
-                    f"CP-SAT found no plan within the {settings.time_limit_s:g} s time limit; raise --time-limit"
-                )
+        if result is None and chosen is None:  # the time limit ended before CP-SAT had any plan
+            if best is None:  # the table shows that no candidate meets every limit
+                return Outcome(Status.infeasible, None, binding=limits.active())  # all of them: explain.py shrinks it
+            low = int(cols.values[levels[0]][subset].min())  # every plan is one of the subset
+            bound = solver.best_objective_bound if math.isfinite(solver.best_objective_bound) else low
+            value = int(cols.values[levels[0]][best])
+            return Outcome(Status.feasible, best, value, float(min(max(low, bound), value)))
+        if result is None:  # a tie-break level cut short keeps the previous level's plan
             status = Status.feasible
             break
         chosen = next(i for i, v in pick.items() if solver.boolean_value(v))

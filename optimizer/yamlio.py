@@ -1,9 +1,10 @@
 """Safe YAML reading with one-line errors, and pydantic validation errors turned into the same form.
 
-Guards against what a hand-edited or hostile file can do to a loader: missing paths, directories, non-UTF-8
-bytes, files too large, duplicate keys, alias bombs (a few aliases expanding to millions of values), recursive
-aliases and deeply nested structures. Every failure is an :class:`InputError` naming the file, the field path
-(``budget.amount``, ``offers[3].prices.hour``) and what is allowed.
+Guards against what a hand-edited or hostile file can do to a loader: missing paths, directories, pipes and
+devices, non-UTF-8 bytes, files too large (all read through optimizer/inputfile.py), duplicate keys, alias bombs
+(a few aliases expanding to millions of values), recursive aliases and deeply nested structures. Every failure
+is an :class:`InputError` naming the file, the field path (``budget.amount``, ``offers[3].prices.hour``) and
+what is allowed; a file that is not a mapping is described by its type, never by its content.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from optimizer.errors import InputError, did_you_mean
+from optimizer.inputfile import decode_utf8, read_bytes
 
 MAX_FILE_BYTES = 4 * 1024 * 1024  # no real scenario or catalog comes near this
 MAX_VALUES = 200_000  # values after expanding aliases; the built-in catalogs hold a few thousand
@@ -82,22 +84,7 @@ def _shape(doc: Any) -> int:
 
 
 def _read_text(p: Path, label: str) -> str:
-    if not p.exists():
-        raise InputError(label, "", "file not found; check the path")
-    if p.is_dir():
-        raise InputError(label, "", "is a directory, expected a YAML file")
-    try:
-        size = p.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise InputError(label, "", f"file is {size:,} bytes, larger than the {MAX_FILE_BYTES:,}-byte limit")
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(label, "", f"cannot be read: {exc.strerror or exc}") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(label, "", f"not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                         "save the file as UTF-8") from None  # fmt: skip
+    return decode_utf8(read_bytes(p, label, MAX_FILE_BYTES, "a YAML file"), label)
 
 
 def read_yaml(path: str | Path) -> Any:
@@ -138,10 +125,19 @@ def read_yaml(path: str | Path) -> Any:
 # ------------------------------------------------------------------------------------------------ pydantic errors
 
 
+_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
+
+
 def field_path(loc: tuple[Any, ...]) -> str:
-    """Dotted path of a pydantic error location, list indices in brackets: ``plan.tp``, ``gpus[3].id``."""
+    """Dotted path of a pydantic error location, list indices in brackets: ``plan.tp``, ``gpus[3].id``.
+
+    A key that does not look like a field name (punctuation, spaces, over 64 characters: a line of a file that
+    is not a scenario or catalog at all, such as /etc/shadow read as YAML) is described, never echoed.
+    """
     out = ""
     for part in loc:
+        if isinstance(part, str) and not _KEY.fullmatch(part) and part != "[key]":
+            part = f"(a {len(part):,}-character key that is not a field name)"
         if isinstance(part, int):
             out += f"[{part}]"
         elif part == "[key]":
@@ -211,6 +207,8 @@ def _problem(err: dict[str, Any]) -> str:
         if ctx.get("pattern") == r"^[A-Z]{3}$":
             return f"must be a 3-letter upper-case ISO 4217 currency code such as USD or CNY{got}"
         return f"must match the pattern {ctx.get('pattern')}{got}"
+    if kind == "string_too_long":
+        return f"must be at most {_num(ctx.get('max_length'))} characters, got {len(value):,}"
     if kind == "too_short":
         return f"must have at least {ctx.get('min_length')} item(s), got {ctx.get('actual_length')}"
     if kind == "too_long":
@@ -228,7 +226,7 @@ def _describe(err: dict[str, Any], model: type[BaseModel]) -> tuple[str, str]:
     if err["type"] == "extra_forbidden":
         parent = _model_at(model, loc[:-1])
         known = list(parent.model_fields) if parent else []
-        key = str(loc[-1]) if loc else ""
+        key = str(loc[-1]) if loc and _KEY.fullmatch(str(loc[-1])) else ""
         allowed = f"; allowed keys: {', '.join(known)}" if known else ""
         return path, f"unknown key{did_you_mean(key, known)}{allowed}"
     if err["type"] == "missing":
@@ -263,10 +261,16 @@ def _first_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+_YAML_TYPES = {"str": "plain text (not YAML keys)", "list": "a list", "int": "a number", "float": "a number",
+               "bool": "a boolean", "date": "a date", "datetime": "a date", "bytes": "a binary value"}
+
+
 def validate(model: type[M], data: Any, source: str, prefix: str = "") -> M:
     """Validate ``data`` against ``model``; on failure raise one InputError for the first problem."""
     if not isinstance(data, dict):
         got = "an empty file" if data is None and not prefix else _shown(data) if data is not None else "nothing"
+        if not prefix and data is not None:  # a whole file that is not a mapping: name its type, never its content
+            got = _YAML_TYPES.get(type(data).__name__, "a value that is not a mapping")
         raise InputError(source, prefix.rstrip("."), f"expected a mapping of keys, got {got}")
     try:
         return model.model_validate(data)

@@ -1,0 +1,170 @@
+"""Output faults: special targets refused, OS errors one line with exit status 3, previous file and mode kept;
+batch output locked, a killed pool worker recovered, SIGTERM handled like Ctrl-C; SVG plots byte-identical.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from optimizer import atomic, batch
+from optimizer.atomic import safe_name, write_atomic
+from optimizer.batch import read_rows, run_batch
+from optimizer.errors import EXIT_OUTPUT, EXIT_TERMINATED, OutputError
+
+from .conftest import REPO
+
+SCENARIO = REPO / "scenarios/7b-qlora.yaml"
+
+
+def _one_line(result, code: int = EXIT_OUTPUT, *needles: str) -> str:
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    line = result.stderr.strip()
+    assert "\n" not in line and line.startswith("ftopt: error: "), result.stderr
+    for needle in needles:
+        assert needle in line, line
+    return line
+
+
+def test_a_device_target_is_refused_and_stays_a_device(run_cli):
+    _one_line(run_cli("pareto", SCENARIO, "--csv", "/dev/null"), EXIT_OUTPUT, "/dev/null", "not a regular file")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    with pytest.raises(OutputError, match="not a regular file"):
+        write_atomic("/dev/null", "x")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_directory_or_a_file_as_parent_is_one_line(run_cli, tmp_path):
+    with pytest.raises(OutputError, match="is a directory; refusing to replace it"):
+        write_atomic(tmp_path, "x")
+    (tmp_path / "f").write_text("x")
+    _one_line(run_cli("solve", SCENARIO, "--launch-dir", tmp_path / "f" / "launch"), EXIT_OUTPUT, "ENOTDIR")
+
+
+def test_a_full_disk_keeps_the_previous_file_and_its_mode(tmp_path, monkeypatch):
+    target = tmp_path / "results.csv"
+    target.write_text("previous\n")
+    target.chmod(0o600)
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "fsync", full)
+    with pytest.raises(OutputError, match=r"No space left on device \(ENOSPC\); any previous file is unchanged"):
+        write_atomic(target, "new\n")
+    assert target.read_text() == "previous\n" and [p.name for p in tmp_path.iterdir()] == ["results.csv"]
+    monkeypatch.undo()
+    write_atomic(target, "new\n")
+    assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_the_file_size_limit_is_one_line_with_exit_3(tmp_path):
+    out = tmp_path / "front.csv"
+    out.write_text("previous\n")
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "optimizer", "pareto", str(SCENARIO), "--csv", str(out)],
+                          capture_output=True, text=True, env=env, preexec_fn=small_files, timeout=120)  # fmt: skip
+    assert proc.returncode == EXIT_OUTPUT, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "EFBIG" in proc.stderr and "Traceback" not in proc.stderr
+    assert out.read_text() == "previous\n"
+
+
+def test_names_become_safe_file_names():
+    assert safe_name("a/b") == "a_b"
+    assert safe_name("../../etc") == "_.._etc"
+    assert len(safe_name("n" * 300)) == 100
+    assert safe_name("") == "unnamed"
+
+
+def test_a_second_batch_on_the_same_output_is_refused(run_cli, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    out.write_text("")
+    fd = os.open(tmp_path / ".rows.jsonl.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        _one_line(run_cli("batch", SCENARIO, "-o", out), EXIT_OUTPUT, "another ftopt batch is writing this file")
+    finally:
+        os.close(fd)
+    assert run_cli("batch", SCENARIO, "-o", out).exit_code == 0
+    assert [r["status"] for r in read_rows(out)] == ["optimal"]
+
+
+def test_a_new_results_file_is_not_left_empty_when_nothing_can_be_written(tmp_path, monkeypatch):
+    out = tmp_path / "rows.jsonl"
+
+    def broken(path):
+        raise OutputError(str(path), "cannot be written: No space left on device (ENOSPC)")
+
+    monkeypatch.setattr(batch, "open_append", broken)
+    with pytest.raises(OutputError, match="ENOSPC"):
+        run_batch([str(SCENARIO)], out, workers=1)
+    assert not out.exists()
+
+
+_real_solve_row = batch.solve_row
+
+
+def _killer(path: str, *args):
+    """Stand-in for solve_row: kills its own worker (as the OOM killer would) on scenarios named kill-*."""
+    name = Path(path).name
+    marker = Path(path).with_suffix(".killed")
+    if name.startswith("kill-always") or (name.startswith("kill-once") and not marker.exists()):
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _real_solve_row(path, *args)
+
+
+def test_a_killed_worker_does_not_turn_pending_scenarios_into_errors(tmp_path, monkeypatch):
+    names = ["a.yaml", "b.yaml", "kill-once.yaml", "c.yaml", "d.yaml", "kill-always.yaml"]
+    for name in names:
+        shutil.copy(SCENARIO, tmp_path / name)
+    monkeypatch.setattr(batch, "solve_row", _killer)
+    summary = run_batch(sorted(str(tmp_path / n) for n in names), tmp_path / "rows.jsonl", workers=2)
+    status = {Path(r["scenario"]).name: (r["status"], r["error"]) for r in summary.rows}
+    assert {n: s for n, (s, _) in status.items() if n != "kill-always.yaml"} == dict.fromkeys(
+        ["a.yaml", "b.yaml", "c.yaml", "d.yaml", "kill-once.yaml"], "optimal")
+    assert status["kill-always.yaml"][0] == "error" and "worker process died" in status["kill-always.yaml"][1]
+    assert len(read_rows(tmp_path / "rows.jsonl")) == len(names)
+
+
+def test_sigterm_ends_a_batch_like_ctrl_c(tmp_path):
+    for copy in range(3):
+        for f in sorted((REPO / "scenarios").glob("*.yaml")):
+            shutil.copy(f, tmp_path / f"{copy}-{f.name}")
+    out = tmp_path / "rows.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "optimizer", "batch", str(tmp_path), "-o", str(out), "--workers",
+                             "2"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    rows = read_rows(out)
+    if proc.returncode == EXIT_TERMINATED:
+        assert f"solved {len(rows)} in" in " ".join(err.split()), err
+    else:  # the batch had already finished
+        assert proc.returncode == 0 and len(rows) == 30
+
+
+def test_svg_plots_are_byte_identical(tmp_path, run_cli):
+    pytest.importorskip("matplotlib")
+    for name in ("a.svg", "b.svg"):
+        assert run_cli("pareto", SCENARIO, "--plot", tmp_path / name).exit_code == 0
+    assert (tmp_path / "a.svg").read_bytes() == (tmp_path / "b.svg").read_bytes()
