@@ -11,7 +11,7 @@ from typing import Any
 
 from optimizer.launch.ds_config import deepspeed_config
 from optimizer.launch.fsdp_args import fsdp_plugin
-from optimizer.launch.hf_args import OLDEST_TRANSFORMERS, from_pretrained, hf_arguments, launcher
+from optimizer.launch.hf_args import OLDEST_TRANSFORMERS, from_pretrained, hf_arguments, launcher, sft_config
 from optimizer.launch.launch_common import peft_lora_config, uses_deepspeed, uses_fsdp
 from optimizer.launch.llamafactory_cfg import CONFIG_FILE, llamafactory_settings
 from optimizer.launch.nemo_cfg import nemo_settings
@@ -33,6 +33,7 @@ def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[di
     settings: dict[str, Any] = {
         "training_arguments": hf_arguments(scenario, plan),
         "from_pretrained": from_pretrained(scenario, plan),
+        "sft_config": sft_config(scenario),
     }
     lora = peft_lora_config(scenario)
     if lora is not None:
@@ -49,6 +50,8 @@ def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[di
     lf = llamafactory_settings(scenario, plan, cards_per_node, fsdp)
     settings["llamafactory"] = {"environment": lf["environment"], "command": lf["command"]}
     settings[CONFIG_FILE] = lf["config"]
+    notes.append("sft_config: TRL SFTConfig keys on top of training_arguments; with the plain Trainer, pack or cut "
+                 f"the dataset into rows of {scenario.seq_len} tokens yourself")  # fmt: skip
     notes.append(f"training_arguments use transformers >= {OLDEST_TRANSFORMERS} names; before it write "
                  "activation_checkpointing(_kwargs) as gradient_checkpointing(_kwargs)")  # fmt: skip
     return settings, notes
