@@ -85,10 +85,13 @@ def llamafactory_environment(scenario: Scenario, plan: Plan, cards_per_node: int
 def llamafactory_settings(
     scenario: Scenario, plan: Plan, cards_per_node: int, fsdp: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """The export: YAML, environment and command (FSDP goes through accelerate with LLaMA-Factory's launcher)."""
+    """Its environment and command (FSDP goes through accelerate with LLaMA-Factory's launcher).
+
+    The YAML is :func:`llamafactory_config`, written as a file by the exporter registry (exporters.py).
+    """
     env = llamafactory_environment(scenario, plan, cards_per_node)
     if fsdp is not None:
         command = launcher(scenario, plan, fsdp).replace(" train.py", f" -m llamafactory.launcher {CONFIG_FILE}")
     else:
         command = " ".join(f"{k}={v}" for k, v in env.items()) + f" llamafactory-cli train {CONFIG_FILE}"
-    return {"environment": env, "command": command, "config": llamafactory_config(scenario, plan)}
+    return {"environment": env, "command": command}
