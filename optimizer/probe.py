@@ -101,8 +101,12 @@ def hf_model_config(arch: ModelArch) -> dict[str, Any]:
                            "num_hidden_layers": arch.layers, "num_attention_heads": arch.heads,
                            "num_key_value_heads": arch.kv_heads, "vocab_size": arch.vocab,
                            "tie_word_embeddings": arch.tied_embeddings}  # fmt: skip
-    if family == "mixtral":
-        out.update(num_local_experts=arch.experts, num_experts_per_tok=arch.experts_per_token)
+    if family == "mixtral":  # every block holds the experts at their own width (Qwen3-MoE has this shape too)
+        if arch.shared_experts or arch.moe_layers < arch.layers:
+            raise InputError(arch.source or arch.name, "model", "the probe builds Mixtral-style MoE models (routed "
+                             "experts in every block); shared experts or dense blocks are not reproduced")  # fmt: skip
+        out.update(intermediate_size=arch.expert_width, num_local_experts=arch.experts,
+                   num_experts_per_tok=arch.experts_per_token)  # fmt: skip
     return out
 
 
