@@ -7,6 +7,7 @@ are matched case-insensitively, GPU aliases included; an unknown name is an erro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
@@ -241,8 +242,8 @@ def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
     arch = {ours: cfg[hf] for ours, hf in _HF_KEYS.items()}
     arch["kv_heads"] = cfg.get("num_key_value_heads", arch["heads"])
     arch["tied_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
-    arch["experts"] = cfg.get("num_local_experts", 1)
-    arch["experts_per_token"] = cfg.get("num_experts_per_tok", 1)
+    moe, keys = moe_fields(cfg, str(p))
+    arch.update(moe)
     arch["qkv_bias"] = cfg.get("model_type") in {"qwen2", "qwen2_moe"} or bool(cfg.get("attention_bias", False))
     arch["name"] = cfg.get("_name_or_path") or p.parent.name or "hf-config"
     arch["source"] = str(p)
@@ -258,10 +259,75 @@ def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
     try:
         return validate(ModelArch, arch, str(p))
     except InputError as exc:  # name the config.json key, not ours
-        names = {**_HF_KEYS, "kv_heads": "num_key_value_heads", "experts": "num_local_experts",
-                 "experts_per_token": "num_experts_per_tok", "name": "_name_or_path"}  # fmt: skip
-        hf_key = names.get(exc.field, exc.field)
-        raise InputError(str(p), hf_key, exc.problem) from None
+        names = {**_HF_KEYS, "kv_heads": "num_key_value_heads", "name": "_name_or_path", **keys}
+        field = exc.field
+        if not field:  # a check across fields: the message's first field is the one at fault
+            found = [(m.start(), ours) for ours in names if (m := re.search(rf"\b{ours}\b", exc.problem))]
+            field = min(found)[1] if found else ""
+        hf_key = names.get(field, field)
+        problem = exc.problem
+        for ours, theirs in sorted(names.items(), key=lambda kv: -len(kv[0])):  # the message names ours too
+            problem = re.sub(rf"\b{ours}\b", theirs, problem)
+        raise InputError(str(p), hf_key, problem) from None
+
+
+# config.json keys of the MoE families (transformers configuration_<type>.py): experts, experts per token, routed
+# and shared expert widths, dense blocks. Mixtral: num_local_experts, num_experts_per_tok, intermediate_size per
+# expert. Qwen2-MoE / Qwen3-MoE: num_experts, num_experts_per_tok, moe_intermediate_size, Qwen2-MoE's one shared
+# expert of shared_expert_intermediate_size, and dense blocks where mlp_only_layers lists them or decoder_sparse_step
+# skips them. DeepSeek (V2/V3 configuration_deepseek_v2/v3.py): n_routed_experts, n_shared_experts at
+# moe_intermediate_size each, the first first_k_dense_replace blocks dense.
+_EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+# DeepSeek-V2/V3 multi-head latent attention: low-rank q and kv projections that ModelArch's q/k/v/o shapes do
+# not describe (transformers configuration_deepseek_v3.py q_lora_rank, kv_lora_rank, qk_rope_head_dim)
+_MLA_KEYS = ("kv_lora_rank", "q_lora_rank")
+
+
+def _dense_blocks(cfg: dict[str, Any], layers: int, experts_key: str) -> tuple[int, str | None]:
+    """Decoder blocks with a dense MLP in an MoE config, and the key that says so (None: every block is MoE)."""
+    if isinstance(cfg.get("first_k_dense_replace"), int):
+        return int(cfg["first_k_dense_replace"]), "first_k_dense_replace"
+    only = cfg.get("mlp_only_layers") or []
+    step = cfg.get("decoder_sparse_step", 1)
+    if experts_key != "num_experts" or (not only and step in (None, 1)):
+        return 0, None
+    if not isinstance(step, int) or step < 1:
+        raise InputError("", "decoder_sparse_step", f"must be a positive integer, not {step!r}")
+    sparse = [i for i in range(layers) if i not in only and (i + 1) % step == 0]  # Qwen2MoeDecoderLayer's test
+    return layers - len(sparse), "mlp_only_layers" if only else "decoder_sparse_step"
+
+
+def moe_fields(cfg: dict[str, Any], label: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """ModelArch's MoE fields from a config.json, and which config key each came from (for error messages)."""
+    mla = next((k for k in _MLA_KEYS if cfg.get(k)), None)
+    if mla is not None:
+        raise InputError(label, mla, "multi-head latent attention (DeepSeek-V2/V3) is not modelled: ftopt "
+                         "models q/k/v/o attention (Llama, Mistral, Qwen, Mixtral); give the model inline")  # fmt: skip
+    experts_key = next((k for k in _EXPERT_COUNT_KEYS if cfg.get(k)), None)
+    if experts_key is None:
+        return {}, {}
+    keys = {"experts": experts_key, "experts_per_token": "num_experts_per_tok"}
+    out: dict[str, Any] = {"experts": cfg[experts_key], "experts_per_token": cfg.get("num_experts_per_tok", 1)}
+    if cfg.get("moe_intermediate_size") is not None:
+        out["expert_intermediate"] = cfg["moe_intermediate_size"]
+        keys["expert_intermediate"] = "moe_intermediate_size"
+    if cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one shared expert of this width
+        out.update(shared_experts=1, shared_intermediate=cfg["shared_expert_intermediate_size"])
+        keys.update(shared_experts="shared_expert_intermediate_size",
+                    shared_intermediate="shared_expert_intermediate_size")  # fmt: skip
+    elif cfg.get("n_shared_experts"):  # DeepSeek: n shared experts of moe_intermediate_size
+        out["shared_experts"] = cfg["n_shared_experts"]
+        keys["shared_experts"] = "n_shared_experts"
+    layers = cfg.get("num_hidden_layers")
+    if isinstance(layers, int):
+        try:
+            dense, key = _dense_blocks(cfg, layers, experts_key)
+        except InputError as exc:
+            raise InputError(label, exc.field, exc.problem) from None
+        if key is not None:
+            out["dense_layers"] = dense
+            keys["dense_layers"] = key
+    return out, keys
 
 
 def base_model_name(name: str, known: Iterable[str]) -> str | None:
@@ -287,7 +353,7 @@ def _params_note(arch: ModelArch, catalog: Catalog, config_path: Path | None) ->
     Compared with: the catalog's published count for the same model name, and the size of the weights listed
     in ``model.safetensors.index.json`` beside the config (metadata.total_size / bytes of torch_dtype).
     """
-    implied = arch.layers * arch.layer_params + arch.embedding_params + arch.hidden
+    implied = arch.computed_params
     base = base_model_name(arch.name, [m.name for m in catalog.models.values()])
     published = catalog.models[base.lower()].params if base else None
     label = f"catalog {base}" if published else ""

@@ -28,6 +28,7 @@ from optimizer.errors import (
     EXIT_TERMINATED,
     FtoptError,
 )
+from optimizer.launch import exporters
 from optimizer.planner import Overrides, estimate_scenario, solve_scenario
 from optimizer.schema import Checkpointing, Objective, Offload, Precision
 from optimizer.solver import SolverSettings
@@ -132,7 +133,7 @@ def cli() -> None:
 @click.option("--deadline-hours", type=float, help="Wall-clock limit in hours.")
 @click.option("--top", "top_k", type=click.IntRange(1, 100), default=1, help="Also list the next best plans.")
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT time limit (s).")
-@click.option("--launch-dir", type=click.Path(file_okay=False), help="Write launch.yaml (and ds_config.json) here.")
+@click.option("--launch-dir", type=click.Path(file_okay=False), help=exporters.launch_dir_help())
 @catalog_option
 @add_catalog_option
 @calibration_option

@@ -34,9 +34,10 @@ import yaml
 from optimizer.atomic import safe_name, write_atomic
 from optimizer.calibrate import scenario_document
 from optimizer.errors import InputError
+from optimizer.launch.ds_config import deepspeed_config
 from optimizer.models import cost
 from optimizer.planner import Overrides, estimate_scenario, prepare, solve_scenario
-from optimizer.schema import MAX_NAME, Framework, ModelArch
+from optimizer.schema import MAX_NAME, Attention, Framework, ModelArch
 from optimizer.schema_plan import Estimate, Plan
 
 DEFAULT_STEPS = 20
@@ -100,8 +101,12 @@ def hf_model_config(arch: ModelArch) -> dict[str, Any]:
                            "num_hidden_layers": arch.layers, "num_attention_heads": arch.heads,
                            "num_key_value_heads": arch.kv_heads, "vocab_size": arch.vocab,
                            "tie_word_embeddings": arch.tied_embeddings}  # fmt: skip
-    if family == "mixtral":
-        out.update(num_local_experts=arch.experts, num_experts_per_tok=arch.experts_per_token)
+    if family == "mixtral":  # every block holds the experts at their own width (Qwen3-MoE has this shape too)
+        if arch.shared_experts or arch.moe_layers < arch.layers:
+            raise InputError(arch.source or arch.name, "model", "the probe builds Mixtral-style MoE models (routed "
+                             "experts in every block); shared experts or dense blocks are not reproduced")  # fmt: skip
+        out.update(intermediate_size=arch.expert_width, num_local_experts=arch.experts,
+                   num_experts_per_tok=arch.experts_per_token)  # fmt: skip
     return out
 
 
@@ -160,6 +165,12 @@ def time_error_worth(path: str | Path, est: Estimate, ov: Overrides, error: floa
     return round((high.per_card - low.per_card) * p.cards, 2)
 
 
+def probe_attention(trial: Estimate, plan: Plan) -> Attention:
+    """The kernel the trial runs: the one its GPU runs (``Plan.attention``: flash falls back to sdpa below sm80)."""
+    kernel = trial.plan.attention if trial.plan is not None else None
+    return kernel or plan.attention or Attention.sdpa
+
+
 def _packages(cfg: dict[str, Any]) -> list[str]:
     out = ["torch", "transformers", "peft", "accelerate", "pyyaml"]
     if cfg["zero_stage"] > 0 and cfg["sharding"] == "deepspeed":
@@ -206,7 +217,9 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
            "seq_len": sc.seq_len, "micro_batch": p.micro_batch, "cards": doc["plan"]["cards"],
            "zero_stage": p.zero_stage, "offload": p.offload.value, "sharding": training.get("sharding", "deepspeed"),
            "checkpointing": p.checkpointing.value, "precision": p.precision.value, "optimizer": p.optimizer.value,
-           "attention": training.get("attention", "flash"), "warmup": warmup, "steps": steps}  # fmt: skip
+           "attention": probe_attention(trial, p).value, "warmup": warmup, "steps": steps}  # fmt: skip
+    if cfg["sharding"] == "deepspeed" and p.zero_stage > 0 and trial.plan is not None:
+        cfg["deepspeed"] = deepspeed_config(trial.plan)  # the launch's own config: SGD stays SGD under ZeRO-Offload
     out = Path(out_dir)
     write_atomic(out / "probe_config.json", json.dumps(cfg, indent=2, sort_keys=False) + "\n")
     write_atomic(out / "probe.py", SCRIPT.read_text(encoding="utf-8"))

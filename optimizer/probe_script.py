@@ -122,19 +122,13 @@ def _quantise(model: Any, half: Any) -> Any:
 
 
 def ds_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
-    """DeepSpeed ZeRO settings for the plan (None without ZeRO under DeepSpeed)."""
+    """The DeepSpeed config ``ftopt probe`` wrote for the trial; None without ZeRO under DeepSpeed.
+
+    It is the launch's own (ZeRO stage, offload, batch sizes, precision, the optimizer DeepSpeed steps on the host).
+    """
     if cfg["zero_stage"] == 0 or cfg["sharding"] != "deepspeed":
         return None
-    zero: dict[str, Any] = {"stage": cfg["zero_stage"]}
-    out: dict[str, Any] = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-                           "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
-                           "zero_optimization": zero}  # fmt: skip
-    if cfg["offload"] in ("optimizer", "all"):
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-        out["optimizer"] = {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}}  # CPU Adam steps it
-    if cfg["offload"] == "all" and cfg["zero_stage"] == 3:
-        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
-    return out
+    return cfg.get("deepspeed")
 
 
 def fsdp_args(cfg: dict[str, Any]) -> dict[str, Any]:

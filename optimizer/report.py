@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 
 from optimizer.atomic import write_atomic
 from optimizer.explain import Relaxation
+from optimizer.launch import exporters
 from optimizer.models.uncertainty import headroom_for_p90
 from optimizer.planner import SolveResult
 from optimizer.report_measure import calibration_lines
@@ -64,18 +64,12 @@ def dumps(doc: Any) -> str:
 
 def launch_text(settings: dict[str, Any]) -> str:
     """The launch settings as indented YAML."""
-    return yaml.safe_dump(settings, sort_keys=False, default_flow_style=False, width=116).rstrip()
+    return exporters.yaml_text(settings)
 
 
 def launch_files(settings: dict[str, Any]) -> dict[str, str]:
-    """File name -> text for ``--launch-dir``: launch.yaml (everything) and each settings key named as a file."""
-    files = {"launch.yaml": launch_text(settings) + "\n"}
-    for name, body in settings.items():  # ds_config.json (DeepSpeed), llamafactory.yaml (LLaMA-Factory export)
-        if name.endswith(".json"):
-            files[name] = json.dumps(body, indent=2) + "\n"
-        elif name.endswith(".yaml"):
-            files[name] = launch_text(body) + "\n"
-    return files
+    """File name -> text for ``--launch-dir``: launch.yaml and each registered exporter's file (launch/exporters.py)."""
+    return exporters.render(settings)
 
 
 def console() -> Console:

@@ -184,6 +184,18 @@ class ModelArch(Strict):
     params: Int | None = Field(None, gt=0, le=100_000_000_000_000, description="total parameters; computed if absent")
     experts: Int = Field(1, ge=1, le=1024, description="MoE experts per layer (1 = dense)")
     experts_per_token: Int = Field(1, ge=1, le=1024, description="experts routed per token")
+    expert_intermediate: Int | None = Field(
+        None, gt=0, le=1_000_000, description="SwiGLU branch width of one routed expert (config.json "
+        "moe_intermediate_size); default intermediate (Mixtral)"
+    )
+    shared_experts: Int = Field(0, ge=0, le=1024, description="always-active shared experts per MoE block")
+    shared_intermediate: Int | None = Field(
+        None, gt=0, le=1_000_000, description="SwiGLU branch width of one shared expert; default expert_intermediate"
+    )
+    dense_layers: Int = Field(
+        0, ge=0, le=1000, description="MoE models: decoder blocks with one dense MLP of width intermediate instead "
+        "of experts (DeepSeek first_k_dense_replace, Qwen mlp_only_layers)"
+    )
     qkv_bias: bool = Field(False, description="bias on q, k, v projections (Qwen2)")
     head_dim: Int | None = Field(
         None,
@@ -214,8 +226,54 @@ class ModelArch(Strict):
         if self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
         if self.experts_per_token > self.experts:
-            raise ValueError("experts_per_token must not exceed experts")
+            raise ValueError(f"experts_per_token ({self.experts_per_token}) must not exceed experts ({self.experts})")
+        if self.dense_layers > self.layers:
+            raise ValueError(f"dense_layers ({self.dense_layers}) must not exceed layers ({self.layers})")
         return self
+
+    @property
+    def moe_layers(self) -> int:
+        """Decoder blocks whose MLP is the experts (0 for a dense model)."""
+        return self.layers - self.dense_layers if self.experts > 1 else 0
+
+    @property
+    def expert_width(self) -> int:
+        """SwiGLU branch width of one routed expert: ``expert_intermediate``, else ``intermediate``."""
+        return self.expert_intermediate or self.intermediate
+
+    @property
+    def mlp_widths(self) -> tuple[tuple[int, int], ...]:
+        """(SwiGLU MLPs over all blocks, branch width) for each kind of MLP: dense, routed experts, shared experts.
+
+        Each MLP holds 3 h w weights (gate, up, down). A dense model has L MLPs of width I; an MoE model has
+        experts per MoE block at ``expert_width``, its shared experts at ``shared_intermediate`` and one MLP of
+        width I per dense block (HF MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock, Qwen3MoeSparseMoeBlock).
+        """
+        moe = self.moe_layers
+        kinds = [(self.layers - moe, self.intermediate), (moe * self.experts, self.expert_width),
+                 (moe * self.shared_experts, self.shared_intermediate or self.expert_width)]  # fmt: skip
+        return tuple((n, w) for n, w in kinds if n > 0)
+
+    @property
+    def mlp_width_sum(self) -> int:
+        """Sum of the branch widths of every MLP over all blocks (the MLP weights are 3 h times this)."""
+        return sum(n * w for n, w in self.mlp_widths)
+
+    @property
+    def active_width(self) -> float:
+        """Branch width a token passes through per block, averaged over blocks.
+
+        I in a dense block; in an MoE block the routed ``experts_per_token`` x expert width plus the shared experts.
+        """
+        moe = self.moe_layers
+        shared = self.shared_experts * (self.shared_intermediate or self.expert_width)
+        routed = moe * (self.experts_per_token * self.expert_width + shared)
+        return ((self.layers - moe) * self.intermediate + routed) / self.layers
+
+    @property
+    def widest_mlp(self) -> int:
+        """The widest MLP branch (its projections are the largest block Linear, h x w)."""
+        return max(w for _, w in self.mlp_widths)
 
     @property
     def kv_width(self) -> int:
@@ -228,17 +286,37 @@ class ModelArch(Strict):
         return self.heads * self.head_dim  # type: ignore[operator]
 
     @property
-    def layer_params(self) -> int:
-        """Parameters of one decoder block (all experts).
+    def attention_params(self) -> int:
+        """Attention and norms of one block.
 
         2 h h_q (q, o; h_q = a d, which is h unless head_dim is given) + 2 h h_kv (k, v) + qkv bias (h_q + 2 h_kv)
-        + experts x 3 h I (SwiGLU) + router h x experts + 2h (two RMSNorm weights). Source: HF LlamaDecoderLayer /
-        Qwen2DecoderLayer shapes; the totals match the published counts in catalogs/models.yaml.
+        + 2h (two RMSNorm weights).
         """
-        h, kv, inter, hq = self.hidden, self.kv_width, self.intermediate, self.q_width
-        attn = 2 * h * hq + 2 * h * kv + (hq + 2 * kv if self.qkv_bias else 0)  # q, o, k, v (+ bias)
-        mlp = self.experts * 3 * h * inter + (h * self.experts if self.experts > 1 else 0)  # SwiGLU (+ router)
-        return attn + mlp + 2 * h  # + two norms
+        h, kv, hq = self.hidden, self.kv_width, self.q_width
+        return 2 * h * hq + 2 * h * kv + (hq + 2 * kv if self.qkv_bias else 0) + 2 * h
+
+    @property
+    def blocks_params(self) -> int:
+        """Parameters of all decoder blocks.
+
+        L x attention + 3 h x :attr:`mlp_width_sum` + routers h x experts per MoE block. Source: HF
+        LlamaDecoderLayer / Qwen2DecoderLayer / Mixtral and Qwen-MoE sparse blocks; the totals match the published
+        counts in catalogs/models.yaml (Qwen2-MoE's shared-expert gate, h per block, and Qwen3's q/k norms, 2d per
+        block, are left out: under 0.001% of the total).
+        """
+        router = self.moe_layers * self.hidden * self.experts
+        return self.layers * self.attention_params + 3 * self.hidden * self.mlp_width_sum + router
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of the largest decoder block: an MoE block with every expert, or a dense one."""
+        h = self.hidden
+        dense = self.attention_params + 3 * h * self.intermediate
+        if self.moe_layers == 0:
+            return dense
+        shared = self.shared_experts * (self.shared_intermediate or self.expert_width)
+        moe = self.attention_params + 3 * h * (self.experts * self.expert_width + shared) + h * self.experts
+        return max(moe, dense if self.dense_layers else 0)
 
     @property
     def embedding_params(self) -> int:
@@ -250,19 +328,30 @@ class ModelArch(Strict):
         """``params`` when given, else L x layer_params + embeddings + final norm h."""
         if self.params is not None:
             return self.params
-        return self.layers * self.layer_params + self.embedding_params + self.hidden
+        return self.computed_params
+
+    @property
+    def computed_params(self) -> int:
+        """Parameters the shapes imply: all blocks + embeddings + final norm h."""
+        return self.blocks_params + self.embedding_params + self.hidden
 
     @property
     def active_params(self) -> int:
         """Parameters used per token: MoE counts experts_per_token of the experts' MLP weights."""
         if self.experts == 1:
             return self.total_params
-        idle = (self.experts - self.experts_per_token) * 3 * self.hidden * self.intermediate * self.layers
+        idle = (self.experts - self.experts_per_token) * 3 * self.hidden * self.expert_width * self.moe_layers
         return self.total_params - idle
 
 
 class HfConfigRef(Strict):
-    """A model given by a local HF ``config.json``."""
+    """A model given by a local HF ``config.json``.
+
+    Dense Llama/Mistral/Qwen/Gemma-style configs and the MoE families: Mixtral (num_local_experts), Qwen2-MoE and
+    Qwen3-MoE (num_experts, moe_intermediate_size, shared_expert_intermediate_size, mlp_only_layers,
+    decoder_sparse_step), DeepSeek-MoE (n_routed_experts, n_shared_experts, first_k_dense_replace); DeepSeek-V2/V3
+    multi-head latent attention (kv_lora_rank) is refused. Errors name the config.json key.
+    """
 
     hf_config: str = Field(description="path to config.json, relative to the scenario file")
 

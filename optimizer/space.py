@@ -31,6 +31,7 @@ from optimizer.models.engines import (
     capabilities,
     checkpointing_levels,
     half_precision_fallback,
+    offload_refusal,
     offload_rule,
     plan_refusals,
     scenario_refusals,
@@ -254,7 +255,9 @@ def grid(
         for z, o in ZERO_OFFLOAD
         if (pins.zero_stage is None or z == pins.zero_stage) and (pins.offload is None or o == pins.offload)
     ]
-    rule = rule if rule is not None and pins.offload is None else OffloadRule()
+    rule = rule or OffloadRule()
+    if pins.offload is not None:  # a pinned offload runs as given, on as many ranks as the engine needs for it
+        rule = OffloadRule(min_dp=rule.min_dp)
     if pins.zero_stage is not None and pins.offload is not None and not zo:
         zo = [(pins.zero_stage, OFFLOAD.index(pins.offload))]
     offered = [CHECKPOINTING.index(Checkpointing(c)) for c in levels]
@@ -441,6 +444,9 @@ def enumerate_all(
     if job.activation_offload and cap.offload_needs_checkpointing:  # offloads the activations it checkpoints
         levels = [c for c in (levels or [c.value for c in CHECKPOINTING]) if c != Checkpointing.none.value]
     rule, fallback = offload_rule(scenario, job, catalog), half_precision_fallback(job, catalog)
+    refused = None if replay else offload_refusal(scenario, rule, cap.engine)
+    if refused is not None:
+        raise InputError(source, *refused)
     li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers, levels, rule, fallback)
     lay_arr = np.array([(x.offer, x.cards, x.nodes, x.tp, x.pp, x.dp) for x in lays], dtype=np.int64).reshape(-1, 6)
     rows = lay_arr[li] if len(li) else np.zeros((0, 6), dtype=np.int64)

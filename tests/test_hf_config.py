@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from optimizer.catalog import import_hf_config
+from optimizer.errors import InputError
 from optimizer.planner import estimate_scenario
 
 # Values of Qwen/Qwen2.5-7B's config.json (the source named in catalogs/models.yaml)
@@ -55,3 +58,93 @@ def test_scenario_with_hf_config_beside_it_estimates(write_scenario, tmp_path):
     path = write_scenario(model={"hf_config": "config.json"}, plan={"gpu": "A100-80G", "cards": 1, "micro_batch": 1})
     est = estimate_scenario(path, {})
     assert est.memory.weights > 2 * 7.6e9 * 0.99  # frozen bf16 base of 7.6B params
+
+
+# Values of Qwen/Qwen3-30B-A3B's config.json (keys as transformers' Qwen3MoeConfig names them)
+QWEN3_30B_A3B = {
+    "model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 48,
+    "num_experts": 128, "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [],
+    "vocab_size": 151936, "tie_word_embeddings": False,
+}  # fmt: skip
+# Values of Qwen/Qwen1.5-MoE-A2.7B's config.json (Qwen2MoeConfig): 60 routed experts and one shared expert
+QWEN15_MOE = {
+    "model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+    "shared_expert_intermediate_size": 5632, "num_attention_heads": 16, "num_key_value_heads": 16,
+    "num_hidden_layers": 24, "num_experts": 60, "num_experts_per_tok": 4, "decoder_sparse_step": 1,
+    "mlp_only_layers": [], "vocab_size": 151936, "tie_word_embeddings": False,
+}  # fmt: skip
+
+
+def _near(count: int, published: float) -> bool:
+    """Within the rounding of a count published to one decimal in billions (either direction)."""
+    return abs(count - published) < 0.06e9
+
+
+def _import(tmp_path, cfg: dict):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return import_hf_config(path)
+
+
+def test_qwen3_moe_config_gives_the_published_totals(tmp_path):
+    """Model card (huggingface.co/Qwen/Qwen3-30B-A3B): 30.5B parameters in total, 3.3B activated."""
+    arch = _import(tmp_path, QWEN3_30B_A3B)
+    assert (arch.experts, arch.experts_per_token, arch.expert_width, arch.dense_layers) == (128, 8, 768, 0)
+    attn = 2 * 2048 * 4096 + 2 * 2048 * 512 + 2 * 2048  # q, o, k, v, two norms
+    experts = 128 * 3 * 2048 * 768 + 2048 * 128  # 128 SwiGLU experts of width 768 and the router
+    assert arch.total_params == 48 * (attn + experts) + 2 * 151936 * 2048 + 2048
+    assert _near(arch.total_params, 30.5e9) and _near(arch.active_params, 3.3e9)
+
+
+def test_qwen2_moe_config_counts_the_shared_expert(tmp_path):
+    """Model card (huggingface.co/Qwen/Qwen1.5-MoE-A2.7B): 14.3B parameters in total, 2.7B activated."""
+    arch = _import(tmp_path, QWEN15_MOE)
+    assert (arch.shared_experts, arch.shared_intermediate, arch.expert_width) == (1, 5632, 1408)
+    assert _near(arch.total_params, 14.3e9) and _near(arch.active_params, 2.7e9)
+    assert arch.active_width == 4 * 1408 + 5632  # a token passes 4 routed experts and the shared one
+
+
+def test_moe_memory_and_time_use_the_expert_widths(tmp_path):
+    """Per token, an MoE block's activations and FLOPs are those of a dense block as wide as the experts a token
+    passes (4 x 1408 + 5632 = 11264, not 4 x intermediate_size); LoRA adapts every expert at its own width."""
+    from optimizer.models import activations, memory, timing
+    from tests.memory_builders import cfg, consts, job
+
+    arch = _import(tmp_path, QWEN15_MOE)
+    dense = arch.model_copy(update={"experts": 1, "experts_per_token": 1, "intermediate": 11264,
+                                    "expert_intermediate": None, "shared_experts": 0, "shared_intermediate": None})
+    c = cfg()
+    for method in ("full", "lora"):
+        moe_bytes = activations.activation_bytes_per_token_layer(job(arch, method), c, consts())
+        dense_bytes = activations.activation_bytes_per_token_layer(job(dense, method), c, consts())
+        assert float(moe_bytes[0]) == float(dense_bytes[0])
+    # GEMM FLOPs per token, full fine-tuning without recomputation: 6N, N the parameters a token passes through
+    # (active: 4 of 60 routed experts) less the input embedding, whose lookup is no GEMM
+    assert timing.flops_per_token_parts(job(arch), c)[0][0] == 6.0 * (arch.active_params - 151936 * 2048)
+    mlp = 24 * (60 * 3 * (2048 + 1408) + 3 * (2048 + 5632))  # gate, up, down of every expert and shared expert
+    attn = 24 * 4 * (2048 + 2048)
+    assert memory.lora_params(job(arch, "lora", rank=8, targets=["all-linear"])) == 8 * (attn + mlp)
+    assert memory.largest_module_params(job(arch)) == 151936 * 2048  # the embedding, wider than any expert
+
+
+def test_moe_config_errors_name_the_config_key(tmp_path):
+    too_many = {**QWEN3_30B_A3B, "num_experts_per_tok": 256}
+    with pytest.raises(InputError) as err:
+        _import(tmp_path, too_many)
+    assert err.value.field == "num_experts_per_tok" and "num_experts (128)" in err.value.problem
+    deepseek = {**QWEN3_30B_A3B, "model_type": "deepseek_v3", "n_routed_experts": 256, "kv_lora_rank": 512}
+    with pytest.raises(InputError) as err:
+        _import(tmp_path, deepseek)
+    assert err.value.field == "kv_lora_rank" and "latent attention" in err.value.problem
+
+
+def test_dense_blocks_of_moe_configs_are_counted(tmp_path):
+    """DeepSeek's first_k_dense_replace and Qwen's mlp_only_layers / decoder_sparse_step make some blocks dense."""
+    qwen = _import(tmp_path, {**QWEN15_MOE, "mlp_only_layers": [0, 1], "decoder_sparse_step": 2})
+    assert qwen.dense_layers == 24 - len([i for i in range(2, 24) if (i + 1) % 2 == 0])
+    deepseek_moe = {k: v for k, v in QWEN15_MOE.items() if k not in ("num_experts", "shared_expert_intermediate_size")}
+    deepseek_moe.update(model_type="deepseek", n_routed_experts=64, n_shared_experts=2, first_k_dense_replace=1)
+    arch = _import(tmp_path, deepseek_moe)
+    assert (arch.experts, arch.shared_experts, arch.dense_layers, arch.moe_layers) == (64, 2, 1, 23)
+    assert arch.mlp_widths == ((1, 5632), (23 * 64, 1408), (23 * 2, 1408))

@@ -25,7 +25,7 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
     "attention": 1, "context": 1,
     "yamlio": 1, "configs": 1,
     "launch_common": 1, "ds_config": 1, "fsdp_args": 1, "hf_args": 2, "torchtune_cfg": 2, "nemo_cfg": 2,
-    "llamafactory_cfg": 3, "by_engine": 4,
+    "llamafactory_cfg": 3, "exporters": 4, "by_engine": 5,
     "catalog": 2, "engines": 3, "activations": 2, "pipeline": 2, "measure": 2, "overlay": 2,
     "importers": 3,
     "memory": 3, "timing": 3, "cost": 3, "comm": 3, "overheads": 3, "interruptions": 3, "import_skypilot": 3,

@@ -110,11 +110,14 @@ def test_the_tiny_scenario_describes_what_the_cpu_run_trains(probe_7b):
     assert sc.global_batch == tiny["micro_batch"] and sc.data.total_tokens == 4 * tiny["micro_batch"] * 64
 
 
-def test_deepspeed_settings_follow_the_plan():
-    cfg = {"zero_stage": 3, "sharding": "deepspeed", "offload": "optimizer"}
+def test_deepspeed_settings_follow_the_plan(probe_70b):
+    probe, cfg = probe_70b
     ds = probe_script.ds_config(cfg)
-    assert ds["zero_optimization"]["stage"] == 3
-    assert ds["zero_optimization"]["offload_optimizer"]["device"] == "cpu" and ds["optimizer"]["type"] == "AdamW"
+    t = probe.trial.plan
+    assert ds["zero_optimization"]["stage"] == t.zero_stage == 3
+    offloaded = ds["zero_optimization"].get("offload_optimizer", {}).get("device")
+    assert offloaded == ("cpu" if t.offload.value != "none" else None)
+    assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (t.micro_batch, 1)
     assert probe_script.ds_config({**cfg, "zero_stage": 0}) is None
     assert probe_script.fsdp_args({**cfg, "sharding": "fsdp", "layer_class": "LlamaDecoderLayer"})["fsdp"] == (
         "full_shard offload auto_wrap")

@@ -42,7 +42,9 @@ def _training_arguments(case, tmp_path, monkeypatch):
     from transformers import HfArgumentParser, TrainingArguments, training_args
     from trl import SFTConfig
 
-    args = dict(case.settings["training_arguments"], output_dir=str(tmp_path / "out"), report_to="none")
+    # TRL's SFTConfig (a TrainingArguments subclass) takes training_arguments plus sft_config (packing, max_length)
+    args = dict(case.settings["training_arguments"], **case.settings["sft_config"], output_dir=str(tmp_path / "out"),
+                report_to="none")  # fmt: skip
     if "deepspeed" in args:
         path = tmp_path / "ds_config.json"
         path.write_text(json.dumps(case.settings["ds_config.json"]))
@@ -53,8 +55,7 @@ def _training_arguments(case, tmp_path, monkeypatch):
     monkeypatch.setattr(training_args, "is_torch_bf16_gpu_available", lambda: True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        # activation_offloading is TRL SFTConfig's (a TrainingArguments subclass), the rest TrainingArguments'
-        parser = HfArgumentParser(SFTConfig if "activation_offloading" in args else TrainingArguments)
+        parser = HfArgumentParser(SFTConfig)
         (parsed,) = parser.parse_dict(args, allow_extra_keys=False)
     renamed = [str(w.message) for w in caught if "deprecated" in str(w.message) and "checkpointing" in str(w.message)]
     assert renamed == [], renamed  # transformers 5.23+ names, no deprecated aliases
@@ -68,6 +69,9 @@ def test_training_arguments_parse_and_agree_with_deepspeed(name, tmp_path, monke
     case = solved(name)
     args = _training_arguments(case, tmp_path, monkeypatch)
     assert args.activation_checkpointing == case.settings["training_arguments"]["activation_checkpointing"]
+    # rows of seq_len tokens, full when the plan counts packed rows (TRL "wrapped" fills every row)
+    assert args.max_length == case.scenario.seq_len and args.packing == case.scenario.data.packing
+    assert not args.packing or args.packing_strategy == "wrapped"
     if "deepspeed" in case.settings["training_arguments"]:
         hf_ds = args.hf_deepspeed_config
         model = SimpleNamespace(config=SimpleNamespace(hidden_size=case.model.hidden))

@@ -53,7 +53,10 @@ def test_ddp_and_optimizer_configs_accept_the_sharding_and_offload(name):
         assert opt.optimizer_cpu_offload and opt.optimizer_offload_fraction == 1.0 and opt.use_distributed_optimizer
     if case.plan.zero_stage >= 2:
         assert ddp.use_megatron_fsdp
-    assert nemo["data"]["global_batch_size"] == case.scenario.global_batch
+    data = nemo["data"]  # packed: m rows of seq_len per micro-batch become one row of m x seq_len (NeMo's own rule)
+    rows = data.get("packed_sequence_specs", {}).get("packed_sequence_size", data["seq_length"]) // data["seq_length"]
+    assert data["global_batch_size"] * rows == case.scenario.global_batch
+    assert data["micro_batch_size"] * rows == case.plan.micro_batch
 
 
 @pytest.mark.parametrize("name", [n for n in NEMO if "peft" in solved(n).settings["nemo"]])

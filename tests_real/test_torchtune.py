@@ -96,3 +96,18 @@ def test_the_recipe_starts_with_the_settings(name, tmp_path, monkeypatch):
         if dist.is_initialized():
             dist.destroy_process_group()
     assert recipe._gradient_accumulation_steps == case.plan.grad_accum
+
+
+@pytest.mark.parametrize("name", TORCHTUNE)
+def test_the_dataset_and_tokenizer_take_the_plans_rows(name, tmp_path):
+    """The shipped recipe's dataset builder takes ``packed`` and its tokenizer ``max_seq_len``: rows of seq_len
+    tokens, packed when the plan counts packed rows (the recipes raise for packed without max_seq_len)."""
+    from torchtune.config._utils import _get_component_from_path
+
+    case = solved(name)
+    cfg = _config(case, tmp_path)
+    assert cfg.dataset.packed is case.scenario.data.packing and cfg.tokenizer.max_seq_len == case.scenario.seq_len
+    dataset = {k: v for k, v in cfg.dataset.items() if k != "_component_"}
+    inspect.signature(_get_component_from_path(cfg.dataset._component_)).bind(tokenizer=None, **dataset)
+    tokenizer = {k: v for k, v in cfg.tokenizer.items() if k != "_component_"}
+    inspect.signature(_get_component_from_path(cfg.tokenizer._component_)).bind(**tokenizer)

@@ -1,7 +1,8 @@
 """The launch settings of a plan for the scenario's engine, as plain data (what ``--launch-dir`` writes).
 
 hf plans get HF TrainingArguments, from_pretrained and PEFT LoraConfig keywords, an accelerate command, DeepSpeed
-JSON or FSDP flags, and a LLaMA-Factory export; torchtune and nemo plans get their own keys. The engine modules beside
+JSON or FSDP flags, and a LLaMA-Factory export; torchtune and nemo plans get their own keys. The files of their own
+(ds_config.json, llamafactory.yaml, ...) come from the registry in exporters.py. The engine modules beside
 this one state the library versions they were checked against.
 """
 
@@ -9,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.launch.ds_config import deepspeed_config
+from optimizer.launch.exporters import file_exports
 from optimizer.launch.fsdp_args import fsdp_plugin
-from optimizer.launch.hf_args import OLDEST_TRANSFORMERS, from_pretrained, hf_arguments, launcher
+from optimizer.launch.hf_args import OLDEST_TRANSFORMERS, from_pretrained, hf_arguments, launcher, sft_config
 from optimizer.launch.launch_common import peft_lora_config, uses_deepspeed, uses_fsdp
-from optimizer.launch.llamafactory_cfg import CONFIG_FILE, llamafactory_settings
+from optimizer.launch.llamafactory_cfg import llamafactory_settings
 from optimizer.launch.nemo_cfg import nemo_settings
 from optimizer.launch.torchtune_cfg import torchtune_settings
 from optimizer.schema import Framework, OptimizerName, Scenario
@@ -33,6 +34,7 @@ def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[di
     settings: dict[str, Any] = {
         "training_arguments": hf_arguments(scenario, plan),
         "from_pretrained": from_pretrained(scenario, plan),
+        "sft_config": sft_config(scenario),
     }
     lora = peft_lora_config(scenario)
     if lora is not None:
@@ -42,13 +44,12 @@ def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[di
         settings["accelerate_fsdp"] = fsdp
         if scenario.frozen_base_bits < 16 and plan.optimizer is OptimizerName.paged_adamw_8bit:
             notes.append("FSDP + QLoRA with paged_adamw_8bit fails when saving a checkpoint (peft accelerate/fsdp.md)")
-    elif uses_deepspeed(scenario, plan):
-        settings["ds_config.json"] = deepspeed_config(plan)
-        if plan.zero_stage == 3:
-            notes.append(ZERO3_LOADING)
+    elif uses_deepspeed(scenario, plan) and plan.zero_stage == 3:
+        notes.append(ZERO3_LOADING)
     lf = llamafactory_settings(scenario, plan, cards_per_node, fsdp)
     settings["llamafactory"] = {"environment": lf["environment"], "command": lf["command"]}
-    settings[CONFIG_FILE] = lf["config"]
+    notes.append("sft_config: TRL SFTConfig keys on top of training_arguments; with the plain Trainer, pack or cut "
+                 f"the dataset into rows of {scenario.seq_len} tokens yourself")  # fmt: skip
     notes.append(f"training_arguments use transformers >= {OLDEST_TRANSFORMERS} names; before it write "
                  "activation_checkpointing(_kwargs) as gradient_checkpointing(_kwargs)")  # fmt: skip
     return settings, notes
@@ -63,6 +64,7 @@ def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> dict
         settings, notes = nemo_settings(scenario, plan, cards_per_node)
     else:
         settings, notes = hf_settings(scenario, plan, cards_per_node)
+    settings.update(file_exports(scenario, plan))  # the files of their own (exporters.py), shown here too
     if notes:
         settings["notes"] = notes
     return settings

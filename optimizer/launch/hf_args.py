@@ -20,6 +20,7 @@ from optimizer.launch.launch_common import (
     MASTER_PORT,
     TORCH_DTYPE,
     flag,
+    plan_attention,
     sharded,
     uses_deepspeed,
     uses_fsdp,
@@ -81,6 +82,20 @@ def hf_arguments(scenario: Scenario, plan: Plan) -> dict[str, Any]:
     return args
 
 
+def sft_config(scenario: Scenario) -> dict[str, Any]:
+    """TRL ``SFTConfig`` keys beyond TrainingArguments': rows of ``seq_len`` tokens as the plan counts them.
+
+    Packed, the plan's rows are samples concatenated and cut into full rows (DataSpec.packing): TRL's ``wrapped``
+    strategy ("aggressive, cuts mid-sequence"); its default ``bfd`` leaves rows part-filled, cuts what overflows and
+    turns on padding-free batches that need FlashAttention. Unpacked, ``max_length`` cuts longer samples (trl 1.16
+    trl/trainer/sft_config.py max_length, packing, packing_strategy).
+    """
+    keys: dict[str, Any] = {"max_length": scenario.seq_len, "packing": scenario.data.packing}
+    if scenario.data.packing:
+        keys["packing_strategy"] = "wrapped"
+    return keys
+
+
 def from_pretrained(scenario: Scenario, plan: Plan) -> dict[str, Any]:
     """``AutoModelForCausalLM.from_pretrained`` keyword arguments: attention kernel and, for a 4/8-bit base, loading.
 
@@ -89,7 +104,7 @@ def from_pretrained(scenario: Scenario, plan: Plan) -> dict[str, Any]:
     it: bfloat16 under bf16; float32 under fp16 "for stable automatic mixed precision" (peft accelerate/fsdp.md and
     deepspeed.md, examples/sft/utils.py).
     """
-    kwargs: dict[str, Any] = {"attn_implementation": HF_ATTENTION[scenario.training.attention]}
+    kwargs: dict[str, Any] = {"attn_implementation": HF_ATTENTION[plan_attention(scenario, plan)]}
     bits = scenario.frozen_base_bits
     if bits == 8:
         kwargs["quantization_config"] = {"load_in_8bit": True}

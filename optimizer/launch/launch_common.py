@@ -20,6 +20,14 @@ MASTER_PORT = 29500  # torchrun's default --master_port
 RDZV = f"--rdzv_backend c10d --rdzv_endpoint $MASTER_ADDR:{MASTER_PORT}"  # torchrun multi-node rendezvous
 
 
+def plan_attention(scenario: Scenario, plan: Plan) -> Attention:
+    """The attention kernel the plan runs: ``Plan.attention``, else the scenario's request.
+
+    The planner sets ``Plan.attention`` from the GPU (flash falls back to sdpa below sm80, models/attention.py).
+    """
+    return plan.attention or scenario.training.attention
+
+
 def uses_deepspeed(scenario: Scenario, plan: Plan) -> bool:
     """Whether the hf plan runs under DeepSpeed (a ZeRO stage or an offload with ``sharding: deepspeed``)."""
     hf = scenario.training.framework is Framework.hf and scenario.training.sharding is Sharding.deepspeed

@@ -13,7 +13,7 @@ from typing import Any
 
 from optimizer.launch.ds_config import ds_declares_optimizer
 from optimizer.launch.hf_args import HF_OPTIM, launcher
-from optimizer.launch.launch_common import MASTER_PORT, lora_targets, uses_deepspeed, uses_fsdp
+from optimizer.launch.launch_common import MASTER_PORT, lora_targets, plan_attention, uses_deepspeed, uses_fsdp
 from optimizer.schema import Attention, Checkpointing, Method, Precision, Scenario
 from optimizer.schema_plan import Plan
 
@@ -43,13 +43,15 @@ def llamafactory_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
         cfg["quantization_method"] = "bnb"  # bitsandbytes; nf4 with double quantisation are its defaults
         cfg["quantization_type"] = "nf4"
         cfg["double_quantization"] = True
-    cfg["flash_attn"] = FLASH_ATTN[scenario.training.attention]
+    cfg["flash_attn"] = FLASH_ATTN[plan_attention(scenario, plan)]
     if uses_deepspeed(scenario, plan):
         cfg["deepspeed"] = "ds_config.json"
     cfg.update({
         "dataset": "<dataset>",
         "template": "<template>",
         "cutoff_len": scenario.seq_len,
+        # DataArguments packing: samples concatenated into cutoff_len rows, as the plan counts them
+        "packing": scenario.data.packing,
         "output_dir": "<output_dir>",
         "per_device_train_batch_size": plan.micro_batch,
         "gradient_accumulation_steps": plan.grad_accum,
@@ -83,10 +85,13 @@ def llamafactory_environment(scenario: Scenario, plan: Plan, cards_per_node: int
 def llamafactory_settings(
     scenario: Scenario, plan: Plan, cards_per_node: int, fsdp: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """The export: YAML, environment and command (FSDP goes through accelerate with LLaMA-Factory's launcher)."""
+    """Its environment and command (FSDP goes through accelerate with LLaMA-Factory's launcher).
+
+    The YAML is :func:`llamafactory_config`, written as a file by the exporter registry (exporters.py).
+    """
     env = llamafactory_environment(scenario, plan, cards_per_node)
     if fsdp is not None:
         command = launcher(scenario, plan, fsdp).replace(" train.py", f" -m llamafactory.launcher {CONFIG_FILE}")
     else:
         command = " ".join(f"{k}={v}" for k, v in env.items()) + f" llamafactory-cli train {CONFIG_FILE}"
-    return {"environment": env, "command": command, "config": llamafactory_config(scenario, plan)}
+    return {"environment": env, "command": command}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.launch.launch_common import torchrun_args
+from optimizer.launch.launch_common import plan_attention, torchrun_args
 from optimizer.schema import Attention, Checkpointing, Method, Offload, OptimizerName, Precision, Scenario
 from optimizer.schema_plan import Plan
 
@@ -45,7 +45,7 @@ def transformer_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
     """TransformerConfig keys: recomputation, FP8, attention kernel."""
     keys: dict[str, Any] = {
         "recompute_granularity": None if plan.checkpointing is Checkpointing.none else plan.checkpointing.value,
-        "attention_backend": ATTENTION_BACKEND[scenario.training.attention],
+        "attention_backend": ATTENTION_BACKEND[plan_attention(scenario, plan)],
     }
     if plan.checkpointing is Checkpointing.full:
         # TransformerConfig raises for full recomputation without a method and a layer count; uniform over groups of
@@ -84,6 +84,25 @@ def optimizer_config(plan: Plan) -> dict[str, Any]:
     return keys
 
 
+def data_module(scenario: Scenario, plan: Plan) -> dict[str, Any]:
+    """NeMo 2 ``FineTuningDataModule`` keys: sequence length, batch sizes and sequence packing.
+
+    Packed, NeMo takes micro-batch 1 only and names the equivalent of m rows of s tokens: one row of m x s tokens
+    (``PackedSequenceSpecs.packed_sequence_size``) and the global batch divided by m (NVIDIA/NeMo
+    nemo/collections/llm/gpt/data/fine_tuning.py validate_batch_size_for_packed_sequence). ``seq_length`` is where a
+    longer sample is cut.
+    """
+    rows = plan.micro_batch * plan.grad_accum * plan.dp
+    if not scenario.data.packing:
+        return {"seq_length": scenario.seq_len, "micro_batch_size": plan.micro_batch, "global_batch_size": rows}
+    return {
+        "seq_length": scenario.seq_len,
+        "micro_batch_size": 1,
+        "global_batch_size": rows // plan.micro_batch,
+        "packed_sequence_specs": {"packed_sequence_size": scenario.seq_len * plan.micro_batch},
+    }
+
+
 def lora_peft(scenario: Scenario) -> dict[str, Any] | None:
     """NeMo 2 ``llm.peft.LoRA`` arguments (dim, alpha, dropout, target_modules) for a LoRA scenario."""
     spec = scenario.lora_spec
@@ -109,10 +128,7 @@ def nemo_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[
         "transformer_config": transformer_config(scenario, plan),
         "ddp": ddp_config(plan),
         "optimizer": optimizer_config(plan),
-        "data": {
-            "micro_batch_size": plan.micro_batch,
-            "global_batch_size": plan.micro_batch * plan.grad_accum * plan.dp,
-        },  # fmt: skip
+        "data": data_module(scenario, plan),
         "precision": NEMO_PRECISION[plan.precision],
     }
     peft = lora_peft(scenario)

@@ -90,6 +90,10 @@ def torchtune_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> t
         "fsdp_reshard_after_forward": plan.zero_stage >= 3,  # False = SHARD_GRAD_OP (recipe docstring)
         "compile": t.compile,
         "dtype": plan.precision.value,
+        # rows of seq_len tokens as the plan counts them: packed datasets concatenate samples into full rows (the
+        # recipes raise for packed without tokenizer.max_seq_len); unpacked, max_seq_len cuts longer samples
+        "dataset": {"packed": scenario.data.packing},
+        "tokenizer": {"max_seq_len": scenario.seq_len},
     }
     if full:
         # full-fine-tuning recipes only; they raise for it with gradient accumulation or gradient clipping

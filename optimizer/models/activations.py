@@ -65,7 +65,7 @@ def activation_bytes_per_token_layer(job: Job, cfg: Configs, consts: Mapping[str
     an fp32 softmax and no dropout mask). Divided by t (sequence parallelism assumed with tensor parallelism).
     """
     a = job.arch
-    h, kv, inter = a.hidden, a.kv_width, a.intermediate * a.experts_per_token
+    h, kv, inter = a.hidden, a.kv_width, a.active_width  # MoE: the routed (and shared) experts' widths
     kind = consts["activation_kernels"]["compiled" if job.compile else job.framework.value]
     c = consts["activation"][kind]
     fr = c["frozen"]
@@ -82,7 +82,7 @@ def activation_bytes_per_token_layer(job: Job, cfg: Configs, consts: Mapping[str
 def _lora_saved_inputs(job: Job) -> float:
     """Bytes per token per layer that LoRA adapters save: their 16-bit inputs, plus dropout copies and masks."""
     a = job.arch
-    h, inter = a.hidden, a.intermediate * a.experts_per_token
+    h, inter = a.hidden, a.active_width
     t = _targets(job)
     groups = [
         ({"q_proj", "k_proj", "v_proj"}, h),

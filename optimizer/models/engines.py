@@ -73,6 +73,22 @@ def offload_rule(scenario: Scenario, job: Job, catalog: Catalog) -> OffloadRule:
     )
 
 
+def offload_refusal(scenario: Scenario, rule: OffloadRule, engine: str) -> tuple[str, str] | None:
+    """(field, problem) when pinned cards leave fewer data-parallel ranks than a pinned offload needs, else None.
+
+    torchtune's full fine-tuning recipe applies FSDP, and with it ``fsdp_cpu_offload``, only on two or more
+    data-parallel ranks (``full_min_dp``): on fewer the offload the plan would price does not happen.
+    """
+    pins = scenario.plan
+    if pins.offload in (None, Offload.none) or pins.cards is None:
+        return None
+    dp = pins.cards // ((pins.tp or 1) * (pins.pp or 1))
+    if dp >= rule.min_dp:
+        return None
+    return ("plan.offload", f"{engine} offloads (fsdp_cpu_offload) only on {rule.min_dp} or more data-parallel "
+            f"ranks, and plan.cards {pins.cards} gives {dp}: allowed: offload none, or more cards")  # fmt: skip
+
+
 def _framework_table(catalog: Catalog, name: str) -> dict:
     return catalog.calibration.get("frameworks", {}).get(name, {}) or {}
 

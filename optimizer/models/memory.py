@@ -114,32 +114,37 @@ def lora_params(job: Job) -> int:
     """Trainable adapter parameters: sum over adapted Linear(d_in -> d_out) of r (d_in + d_out), times L.
 
     Per layer r [(h+h)_q + (h+h_kv)_k + (h+h_kv)_v + (h+h)_o + (h+I)_gate + (h+I)_up + (I+h)_down] for the targets
-    chosen; ``lm_head`` adds r (h + V) once. MoE multiplies the MLP terms by the expert count. Source: Hu et al.
+    chosen; ``lm_head`` adds r (h + V) once. MoE counts every MLP at its own width (each routed and shared expert,
+    and the dense blocks' MLPs). Source: Hu et al.
     2021 (LoRA, arXiv 2106.09685) section 4; checked in formulas.md section 5 (Llama-3.1-8B r16 all-linear = 41.94M).
     """
     if job.lora is None:
         return 0
     a = job.arch
-    h, kv, inter, r, hq = a.hidden, a.kv_width, a.intermediate, job.lora.rank, a.q_width
-    per_module = {
-        "q_proj": h + hq,  # h_q = a d = h unless the config gives head_dim (Gemma-2)
-        "k_proj": h + kv,
-        "v_proj": h + kv,
-        "o_proj": hq + h,
-        "gate_proj": (h + inter) * a.experts,
-        "up_proj": (h + inter) * a.experts,
-        "down_proj": (inter + h) * a.experts,
+    h, kv, r, hq = a.hidden, a.kv_width, job.lora.rank, a.q_width
+    mlps = sum(n for n, _ in a.mlp_widths)  # every SwiGLU MLP over all blocks (each expert is one)
+    mlp = mlps * h + a.mlp_width_sum  # sum over the MLPs of (h + w): one of gate, up or down each
+    all_layers = {
+        "q_proj": (h + hq) * a.layers,  # h_q = a d = h unless the config gives head_dim (Gemma-2)
+        "k_proj": (h + kv) * a.layers,
+        "v_proj": (h + kv) * a.layers,
+        "o_proj": (hq + h) * a.layers,
+        "gate_proj": mlp,
+        "up_proj": mlp,
+        "down_proj": mlp,
     }
     targets = _targets(job)
-    per_layer = sum(w for name, w in per_module.items() if name in targets)
     head = (h + a.vocab) if "lm_head" in targets else 0
-    return r * (per_layer * a.layers + head)
+    return r * (sum(w for name, w in all_layers.items() if name in targets) + head)
 
 
 def linear_params(job: Job) -> int:
-    """Parameters in the blocks' Linear layers (what a 4/8-bit base quantises): L x (2h h_q + 2h h_kv + 3hI E)."""
+    """Parameters in the blocks' Linear layers (what a 4/8-bit base quantises): L (2h h_q + 2h h_kv) + 3h sum(w).
+
+    sum(w) is the branch widths of every MLP over all blocks (L I dense; each expert at its width for MoE).
+    """
     a = job.arch
-    return a.layers * (2 * a.hidden * a.q_width + 2 * a.hidden * a.kv_width + 3 * a.hidden * a.intermediate * a.experts)
+    return a.layers * (2 * a.hidden * a.q_width + 2 * a.hidden * a.kv_width) + 3 * a.hidden * a.mlp_width_sum
 
 
 def trainable_params(job: Job) -> int:
@@ -154,7 +159,7 @@ def largest_module_params(job: Job) -> int:
     Source: DeepSpeed docs, memory.rst (model_to_params sums ``m.parameters(recurse=False)`` per module).
     """
     a = job.arch
-    return max(a.vocab * a.hidden, a.hidden * a.intermediate, a.hidden * a.hidden)
+    return max(a.vocab * a.hidden, a.hidden * a.widest_mlp, a.hidden * a.hidden)
 
 
 def _model_split(cfg: Configs) -> np.ndarray:
@@ -314,7 +319,7 @@ def buffer_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
     ds = np.where(ds12, float(consts["ds_bucket_bytes"]), 0.0)
     live = 2.0 * np.minimum(float(consts["ds_zero3_max_live_parameters"]), job.arch.total_params / _f(cfg.tp))
     ds = np.where(_uses_deepspeed(job, cfg) & (cfg.zero_stage >= 3), live, ds)
-    dequant = 2.0 * a.hidden * a.intermediate / _f(cfg.tp) if job.base_bits < 16 else 0.0
+    dequant = 2.0 * a.hidden * a.widest_mlp / _f(cfg.tp) if job.base_bits < 16 else 0.0
     return _i64(ddp + ds + dequant)
 
 

@@ -161,7 +161,7 @@ def compute_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, A
     attn = attn * executed_attention_share(job, consts)
     seconds = tokens / split * (dense / (hw.peak_flops * by_precision[cfg.precision] * eta)
                                 + attn / (attn_peak * attention_efficiency(job, cfg, hw, consts)))  # fmt: skip
-    kv, inter = 2 * a.kv_width, a.intermediate * a.experts_per_token
+    kv, inter = 2 * a.kv_width, a.active_width
     # 2 x in + out per Linear: q, o 3h each; k, v 2h + kv each; gate, up 2h + I each; down 2I + h
     features = a.layers * (15 * a.hidden + kv + 4 * inter)
     cast = float(consts["fp8_cast_bytes"]) * features * tokens / split / hw.hbm_bytes_per_s

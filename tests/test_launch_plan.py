@@ -1,0 +1,113 @@
+"""Launch files and the probe follow the plan: the kernel its GPU runs, its rows of seq_len tokens, what it prices."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from optimizer.launch import launch_settings
+from optimizer.planner import solve_scenario
+from optimizer.probe import probe_scenario
+from optimizer.schema import Scenario
+from optimizer.schema_plan import Plan
+
+from .conftest import scenario_doc
+
+ENGINES = {"hf": {"framework": "hf"}, "torchtune": {"framework": "torchtune"}, "nemo": {"framework": "nemo"}}
+
+
+def _plan(**changes) -> Plan:
+    base = dict(gpu="V100-32G", offer="x", cards=4, nodes=1, tp=1, pp=1, dp=4, zero_stage=1, offload="none",
+                micro_batch=2, grad_accum=4, precision="fp16", optimizer="adamw", checkpointing="full", term="hour",
+                billed_units={"hour": 10})  # fmt: skip
+    return Plan(**{**base, **changes})
+
+
+def _scenario(engine: str, **doc) -> Scenario:
+    training = {**ENGINES[engine], "attention": "flash", "optimizer": "adamw"}
+    return Scenario(**scenario_doc(training=training, **doc))
+
+
+def _kernels(settings: dict) -> dict[str, str]:
+    """Every attention setting a launch directory holds, by engine key."""
+    out = {}
+    if "from_pretrained" in settings:
+        out["hf"] = settings["from_pretrained"]["attn_implementation"]
+        out["llamafactory"] = settings["llamafactory.yaml"]["flash_attn"]
+    if "nemo" in settings:
+        out["nemo"] = settings["nemo"]["transformer_config"]["attention_backend"]
+    return out
+
+
+def test_a_volta_plan_writes_the_sdpa_kernel_it_runs_not_the_requested_flash():
+    """The planner sets Plan.attention from the GPU (FlashAttention 2 needs sm80+): the files must say the same."""
+    v100 = _plan(attention="sdpa")
+    assert _kernels(launch_settings(_scenario("hf"), v100, 8)) == {"hf": "sdpa", "llamafactory": "sdpa"}
+    assert _kernels(launch_settings(_scenario("nemo"), v100, 8)) == {"nemo": "auto"}
+    h100 = _plan(gpu="H100-SXM", attention="flash", precision="bf16")
+    assert _kernels(launch_settings(_scenario("hf"), h100, 8)) == {"hf": "flash_attention_2", "llamafactory": "fa2"}
+    assert _kernels(launch_settings(_scenario("nemo"), h100, 8)) == {"nemo": "flash"}
+
+
+def test_a_solved_volta_plan_and_its_probe_ask_for_no_flash_attn(write_scenario, tmp_path: Path):
+    path = write_scenario(method="lora", lora={"rank": 16, "alpha": 32, "targets": ["all-linear"]},
+                          training={"framework": "hf", "attention": "flash"}, catalog="us",
+                          plan={"gpu": "V100-32G", "zero_stage": 0})  # fmt: skip
+    result = solve_scenario(path)
+    assert result.best.plan.attention.value == "sdpa"
+    assert result.launch["from_pretrained"]["attn_implementation"] == "sdpa"
+    probe = probe_scenario(path, tmp_path / "probe")
+    cfg = json.loads((tmp_path / "probe" / "probe_config.json").read_text())
+    assert cfg["attention"] == "sdpa" and "flash-attn" not in probe.packages
+
+
+@pytest.mark.parametrize("packing", [True, False])
+def test_every_engine_writes_rows_of_seq_len_as_the_plan_counts_them(packing):
+    data = {"tokens": 2.0e7, "epochs": 1} if packing else {"samples": 10_000, "avg_tokens": 900, "epochs": 1,
+                                                                  "packing": False}
+    plan = _plan(gpu="H100-SXM", precision="bf16")
+    hf = launch_settings(_scenario("hf", seq_len=4096, data=data), plan, 8)
+    expected = {"max_length": 4096, "packing": packing} | ({"packing_strategy": "wrapped"} if packing else {})
+    assert hf["sft_config"] == expected
+    lf = hf["llamafactory.yaml"]
+    assert (lf["cutoff_len"], lf["packing"]) == (4096, packing)
+    tt = launch_settings(_scenario("torchtune", seq_len=4096, data=data), plan, 8)["torchtune"]
+    assert tt["dataset"] == {"packed": packing} and tt["tokenizer"] == {"max_seq_len": 4096}
+    nemo = launch_settings(_scenario("nemo", seq_len=4096, data=data), plan, 8)["nemo"]["data"]
+    rows = plan.micro_batch * plan.grad_accum * plan.dp  # 32 rows of 4096 tokens per step
+    if packing:  # NeMo packs with micro-batch 1 only: 2 rows of 4096 become one of 8192, half as many per step
+        assert nemo == {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 16,
+                        "packed_sequence_specs": {"packed_sequence_size": 8192}}  # fmt: skip
+    else:
+        assert nemo == {"seq_length": 4096, "micro_batch_size": 2, "global_batch_size": rows}
+
+
+def test_a_one_gpu_torchtune_offload_pin_is_refused_with_the_field(run_cli, write_scenario):
+    """full_finetune_distributed shards, and so offloads, only with two or more data-parallel ranks."""
+    path = write_scenario(model="Llama-3.2-3B", method="full", lora=None, training={"framework": "torchtune"},
+                          catalog="us", plan={"gpu": "H100-SXM", "cards": 1, "zero_stage": 3, "offload": "all"})
+    result = run_cli("solve", path)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "plan.offload" in result.stderr and "2 or more data-parallel ranks" in result.stderr
+    two = write_scenario("two.yaml", model="Llama-3.2-3B", method="full", lora=None, catalog="us",
+                         training={"framework": "torchtune"}, plan={"gpu": "H100-SXM", "zero_stage": 3,
+                                                                    "offload": "all"})  # fmt: skip
+    best = solve_scenario(two).best.plan
+    assert best.offload.value == "all" and best.dp >= 2
+    assert solve_scenario(two).launch["torchtune"]["fsdp_cpu_offload"] is True
+
+
+def test_the_probe_of_an_sgd_offload_plan_keeps_sgd(write_scenario, tmp_path: Path):
+    """The probe's DeepSpeed config is the launch's: no AdamW declared for an SGD plan, and accelerate told not to
+    swap the client optimizer for DeepSpeedCPUAdam (zero_force_ds_cpu_optimizer false)."""
+    path = write_scenario(training={"framework": "hf", "sharding": "deepspeed", "optimizer": "sgd"}, catalog="us",
+                          method="full", lora=None,
+                          plan={"gpu": "H100-SXM", "zero_stage": 2, "offload": "optimizer"})  # fmt: skip
+    probe_scenario(path, tmp_path)
+    cfg = json.loads((tmp_path / "probe_config.json").read_text())
+    ds = cfg["deepspeed"]
+    assert cfg["optimizer"] == "sgd" and "optimizer" not in ds and ds["zero_force_ds_cpu_optimizer"] is False
+    assert ds["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert ds["train_micro_batch_size_per_gpu"] * cfg["cards"] == ds["train_batch_size"]  # accumulation 1
