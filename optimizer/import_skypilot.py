@@ -1,7 +1,7 @@
 """SkyPilot catalog rows (skypilot-org/skypilot-catalog ``catalogs/v8|v9/<cloud>/vms.csv``) -> an ftopt offers file.
 
 Column meanings follow SkyPilot's readers (sky/catalog/common.py) as summarised in
-``../shared/reference/skypilot/README.md``: ``Price``/``SpotPrice`` are USD per hour for the whole instance,
+``tests/data/reference/skypilot/README.md``: ``Price``/``SpotPrice`` are USD per hour for the whole instance,
 ``MemoryGiB`` and ``vCPUs`` the host's, ``GpuInfo`` a Python literal whose ``Gpus[0].MemoryInfo.SizeInMiB`` is the
 per-GPU memory the cloud API reports. Per cloud quirks live in ``catalogs/skypilot.yaml``.
 

@@ -1,4 +1,4 @@
-"""Measurements: a user's own run in the reference-case schema of ``../shared/reference/README.md``.
+"""Measurements: a user's own run in the reference-case schema of ``tests/data/reference/README.md``.
 
 A measurement is a case: ``{id, source, kind, scenario, measured, notes}``, where ``scenario`` is a scenario file
 (DESIGN.md section 6) whose ``plan`` pins the configuration that ran, and ``measured`` holds what was read:

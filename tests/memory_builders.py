@@ -22,7 +22,7 @@ from optimizer.schema import (
     Sharding,
 )
 
-# Llama-2-7B and Llama-3.1-8B as in ../shared/reference/models.yaml (HF config.json values)
+# Llama-2-7B and Llama-3.1-8B as in tests/data/reference/models.yaml (HF config.json values)
 LLAMA2_7B = ModelArch(name="Llama-2-7B", layers=32, hidden=4096, intermediate=11008, heads=32, kv_heads=32,
                       vocab=32000, params=6738415616)  # fmt: skip
 LLAMA31_8B = ModelArch(name="Llama-3.1-8B", layers=32, hidden=4096, intermediate=14336, heads=32, kv_heads=8,

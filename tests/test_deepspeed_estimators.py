@@ -1,7 +1,7 @@
 """Model states (weights + gradients + optimizer) under hf + DeepSpeed agree with DeepSpeed's own estimators.
 
 Reference: deepspeedai/DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py ``estimate_zero2_model_states_mem_needs``
-and stage3.py ``estimate_zero3_model_states_mem_needs`` (../shared/reference/formulas.md Part I section 2), written
+and stage3.py ``estimate_zero3_model_states_mem_needs`` (tests/data/reference/formulas.md Part I section 2), written
 out below for one node of G GPUs with P parameters and P_ll parameters in the largest module:
   ZeRO-2, no offload:         GPU = 2P + 18P/G   (18 = 2 + 4 gradients, 4 fp32 params, 8 Adam)
   ZeRO-2, optimizer offload:  GPU = 2P

@@ -23,7 +23,7 @@ def gpu_info(name: str, count: int, mib: int) -> str:
             f"'MemoryInfo': {{'SizeInMiB': {mib}}}}}], 'TotalGpuMemoryInMiB': {mib * count}}}\"")  # fmt: skip
 
 
-# Synthetic rows in the catalogs/v8/aws/vms.csv layout (shared/reference/skypilot/README.md): instance types and
+# Synthetic rows in the catalogs/v8/aws/vms.csv layout (tests/data/reference/skypilot/README.md): instance types and
 # regions that are NOT in the shipped snapshot; the prices are made up for the test, not quotes.
 ROWS = [
     f"g6e.12xlarge,L40S,4.0,48.0,384.0,{gpu_info('L40S', 4, 45776)},10.4926,4.2,us-west-2,usw2-az1",

@@ -1,6 +1,6 @@
 """Each memory component against a number computed by hand (comments show the arithmetic).
 
-Sources of the formulas: optimizer/models/memory.py and activations.py docstrings, ../shared/reference/formulas.md
+Sources of the formulas: optimizer/models/memory.py and activations.py docstrings, tests/data/reference/formulas.md
 Part I. Tolerances: exact (int64 bytes, ceil) unless stated.
 """
 

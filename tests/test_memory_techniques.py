@@ -1,6 +1,6 @@
 """torch.compile, activation offloading, the optimizer step in backward and torchtune's fp32-upcast loss, each
 against a number computed by hand (comments show the arithmetic), and checked where the torchtune Llama-3.2-3B
-ladder (pytorch/torchtune:README.md@1814feb17, "Optimization flags"; ../shared/reference/memory_cases.yaml) isolates
+ladder (pytorch/torchtune:README.md@1814feb17, "Optimization flags"; tests/data/reference/memory_cases.yaml) isolates
 the technique. Tolerances: exact (int64 bytes, ceil) unless stated.
 """
 

@@ -2,7 +2,7 @@
 
 Every function takes a :class:`~optimizer.configs.Job` (scalars), a :class:`~optimizer.configs.Configs` (arrays of
 shape ``(n,)``) and the ``memory`` section of ``catalogs/calibration.yaml``, and returns int64 bytes of shape
-``(n,)``. Notation (../shared/reference/formulas.md, Part I): P parameters, L layers, h hidden, I SwiGLU width,
+``(n,)``. Notation (tests/data/reference/formulas.md, Part I): P parameters, L layers, h hidden, I SwiGLU width,
 a heads, h_kv = kv_heads x head_dim, V vocab, s sequence length, b micro-batch, T = s b tokens per micro-batch,
 t tensor-parallel degree, p pipeline degree, N = dp sharding degree.
 
