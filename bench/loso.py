@@ -1,10 +1,12 @@
 """Leave-one-source-out accuracy of the step-time model, its fit, and the uncertainty bands built from it.
 
-Cases: every case of tests/data/reference/throughput_cases.yaml and throughput_cases_2.yaml (copies of
-../shared/reference). A case's *source* is the publication it comes from (``SOURCES``: llm-foundry's benchmarking
-README, torchtune's README tables, the ZeRO-Offload paper, torchtitan's performance docs, the Megatron-LM README,
-fms-fsdp's README). For each source in turn the fitted constants (``FIT``) are fitted on the measured cases of all
-OTHER sources, by least squares on log(predicted / published) with a weak pull of each constant towards its prior
+Cases: every case of tests/data/reference/throughput_cases.yaml, throughput_cases_2.yaml and throughput_cases_3.yaml
+(published runs with their sources; a case with an ``excluded:`` field is not scored). A case's *source* is the
+publication it comes from (``SOURCES``: llm-foundry's benchmarking README, torchtune's README tables, the ZeRO-
+Offload paper, torchtitan's performance docs, the Megatron-LM README, fms-fsdp's README, MLPerf Training results,
+NeMo's and Megatron-Bridge's performance summaries, NeMo AutoModel, the Megatron PTD paper, KempnerForge, Qwen's
+README). For each source in turn the fitted constants (``FIT``) are fitted on the measured cases of all OTHER
+sources, by least squares on log(predicted / published) with a weak pull of each constant towards its prior
 (``PRIOR_WEIGHT``), and the left-out source is predicted. Each case is evaluated as ``ftopt estimate`` would
 (planner internals, one configuration, the case's plan) on an offer of its GPU carrying the published cluster's
 network (``NETWORK``); predicted tokens/s per GPU is compared with the published figure.
@@ -45,7 +47,7 @@ from optimizer.schema import PlanPins  # noqa: E402
 from optimizer.yamlio import validate  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "reference"
-CASE_FILES = (DATA / "throughput_cases.yaml", DATA / "throughput_cases_2.yaml")
+CASE_FILES = (DATA / "throughput_cases.yaml", DATA / "throughput_cases_2.yaml", DATA / "throughput_cases_3.yaml")
 # (pattern in the case's ``source``, source name), first match wins
 SOURCES = (
     ("llm-foundry", "llm-foundry"),
@@ -54,6 +56,14 @@ SOURCES = (
     ("torchtitan", "torchtitan"),
     ("Megatron-LM", "megatron-lm"),
     ("fms-fsdp", "fms-fsdp"),
+    ("mlcommons/", "mlperf"),
+    ("docs.nvidia.com/nemo-framework", "nemo-perf"),
+    ("NVIDIA/NeMo:", "nemo-perf"),
+    ("Megatron-Bridge", "megatron-bridge"),
+    ("Automodel", "nemo-automodel"),
+    ("2104.04473", "ptd-paper"),
+    ("KempnerForge", "kempnerforge"),
+    ("QwenLM/Qwen", "qwen"),
 )
 # Per-GPU inter-node bandwidth (GB/s, per direction) of the cluster each multi-node source ran on.
 NETWORK = {
@@ -66,6 +76,8 @@ NETWORK = {
     ("megatron-lm", "H100-SXM"): (50.0, "not stated; NDR 400 Gb/s per GPU assumed (DGX H100 / Eos class)"),
     ("fms-fsdp", "A100-80G"): (6.25, "README: 'A100 80G: 128 GPUs with 400 Gbps' read as per node"),
     ("fms-fsdp", "H100-SXM"): (12.5, "README: 'H100: 96 GPUs with 800 Gbps' read as per node"),
+    ("nemo-perf", "H100-SXM"): (50.0, "DGX H100 (Eos) as the summaries state: 8 x 400 Gb/s NDR per node"),
+    ("megatron-bridge", "H100-SXM"): (50.0, "DGX H100 as the summaries state: 8 x 400 Gb/s NDR per node"),
 }
 # Fitted constants: (path in calibration ``timing``, prior). Efficiencies are pulled towards one shared value (``eta0``,
 # free), except ada towards ampere: both issue the same warp-level mma.sync tensor-core instructions and run the same
@@ -149,6 +161,10 @@ def published_tokens_per_second_per_gpu(case: dict[str, Any]) -> float:
 def _offer_file(case: dict[str, Any], source: str, tmp: Path) -> Path:
     """An offers file with one offer of the case's GPU sized for the case, with its cluster's network."""
     plan = case["scenario"]["plan"]
+    path = tmp / f"offer-{case['id']}.yaml"
+    if "catalog" in case["scenario"]:  # the published cluster's own offer file (the case file's ``catalogs:``)
+        path.write_text(yaml.safe_dump(case["catalogs"][case["scenario"]["catalog"]], sort_keys=False))
+        return path
     catalog = load_catalog(None)
     gpu = catalog.gpu_id(plan["gpu"], "bench", "plan.gpu")
     base = sorted((o for o in catalog.offers if o.gpu == gpu), key=lambda o: (-o.cards_per_node, -o.max_nodes, o.id))[0]
@@ -158,7 +174,6 @@ def _offer_file(case: dict[str, Any], source: str, tmp: Path) -> Path:
     if nodes > 1:
         gb_per_s, _ = NETWORK[(source, gpu)]
         offer.update(max_nodes=max(nodes, base.max_nodes), inter_node_gb_per_s=gb_per_s)
-    path = tmp / f"offer-{case['id']}.yaml"
     path.write_text(yaml.safe_dump({"schema_version": 1, "currency": currency, "offers": [offer]}, sort_keys=False))
     return path
 
@@ -167,7 +182,7 @@ def prepare(case: dict[str, Any], tmp: Path) -> Case:
     """Build the case's job, configuration and offer once (the constants change, these do not)."""
     source = source_of(case)
     path = tmp / f"{case['id']}.yaml"
-    path.write_text(yaml.safe_dump(case["scenario"], sort_keys=False))
+    path.write_text(yaml.safe_dump({k: v for k, v in case["scenario"].items() if k != "catalog"}, sort_keys=False))
     offers_path = _offer_file(case, source, tmp)
     sc, catalog, label = planner.prepare(path, planner.Overrides(catalog=[str(offers_path)]))
     merged = {**planner.ESTIMATE_DEFAULTS, **sc.plan.model_dump(exclude_none=True)}
@@ -186,8 +201,12 @@ def prepare(case: dict[str, Any], tmp: Path) -> Case:
 
 
 def load_cases() -> list[Case]:
-    """Every case of the two files, prepared, in file order."""
-    raw = [c for f in CASE_FILES for c in yaml.safe_load(f.read_text())["cases"]]
+    """Every scored case of the files (not ``excluded:``), prepared, in file order; a case naming a
+    ``scenario.catalog`` carries its file's ``catalogs:`` along."""
+    raw = []
+    for f in CASE_FILES:
+        doc = yaml.safe_load(f.read_text())
+        raw += [{**c, "catalogs": doc.get("catalogs", {})} for c in doc["cases"] if "excluded" not in c]
     with tempfile.TemporaryDirectory() as tmp:
         return [prepare(c, Path(tmp)) for c in raw]
 
@@ -360,8 +379,8 @@ def accuracy_section(memory: dict[str, Any], time: dict[str, Any]) -> str:
         "  # memory: measured / predicted peak of every measured memory case, leave-one-source-out"
         " (tests/memory_loso.py)",
         f"  memory: {_flow(memory)}",
-        "  # time: predicted / published tokens/s (= real / predicted compute time) of every case of",
-        "  #   throughput_cases.yaml and throughput_cases_2.yaml, each predicted with constants fitted on the OTHER",
+        "  # time: predicted / published tokens/s (= real / predicted compute time) of every scored case of",
+        "  #   throughput_cases.yaml, _2 and _3, each predicted with constants fitted on the OTHER",
         "  #   sources (leave-one-source-out, bench/loso.py); time_groups: the same per group of plans (first match).",
         f"  time: {_flow(time['time'])}",
         "  time_groups:",

@@ -2,7 +2,7 @@
 
 Usage (from the repository root): ``.venv/bin/python bench/memory_accuracy.py > /tmp/table.md``
 
-For every case of ../shared/reference/memory_cases.yaml and memory_cases_2.yaml: the measurement, ftopt's
+For every case of tests/data/reference/memory_cases.yaml and memory_cases_2.yaml: the measurement, ftopt's
 prediction in the source's unit and counter for the scenario as written and with the settings its notes state
 (tests/memory_reference_cases.py, NOTE_SETTINGS), the errors, the split (tuned, held-out, boundary), and the seeds'
 rules of thumb on the same cases (full = params(B) x 16 GB, LoRA x 5, QLoRA x 2.5: the midpoints of 16, 4-6 and

@@ -1,4 +1,4 @@
-"""Measurements: a user's own run in the reference-case layout of the calibration data (docs/design.md section 9).
+"""Measurements: a user's own run in the reference-case schema of ``tests/data/reference/README.md``.
 
 A measurement is a case: ``{id, source, kind, scenario, measured, notes}``, where ``scenario`` is a scenario file
 (docs/scenario-reference.md) whose ``plan`` pins the configuration that ran, and ``measured`` holds what was read:

@@ -16,7 +16,7 @@ from optimizer.catalog import load_catalog
 from optimizer.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
-REFERENCE = REPO / "tests" / "data" / "reference"  # copies of shared/reference (see its README)
+REFERENCE = REPO / "tests" / "data" / "reference"  # the published cases with their sources (see its README)
 
 BASE_SCENARIO: dict[str, Any] = {
     "name": "test-7b-lora",

@@ -1,4 +1,4 @@
-"""Predicted versus measured peak memory for ../shared/reference/memory_cases.yaml and memory_cases_2.yaml (shared by
+"""Predicted versus measured peak memory for tests/data/reference/memory_cases.yaml and memory_cases_2.yaml (shared by
 the accuracy tests, bench/memory_accuracy.py and bench/memory_loso.py, which print the tables of docs/memory-model.md).
 
 Each case's ``scenario`` mapping is written to a YAML file and read back through the same loader as ``ftopt
@@ -31,7 +31,7 @@ from optimizer.catalog import Catalog, load_catalog, load_scenario, resolve_mode
 from optimizer.models import memory
 from optimizer.space import enumerate_all
 
-REFERENCE = Path(__file__).resolve().parent / "data" / "reference" / "memory_cases.yaml"  # copy of shared/
+REFERENCE = Path(__file__).resolve().parent / "data" / "reference" / "memory_cases.yaml"  # published cases with sources
 REFERENCE_2 = REFERENCE.with_name("memory_cases_2.yaml")  # torchtitan and LitGPT cases, added after the fit of HELD_OUT
 UNKNOWN_METRIC = {"torchtune": "allocated", "hf": "nvidia-smi", "nemo": "nvidia-smi"}
 # torchtune's 2024 logger (GB = 1e9 bytes) printed allocated, reserved and active side by side; the one table of

@@ -1,6 +1,6 @@
 """Calibration overlays: fitting (optimizer/calibrate.py) and applying them (optimizer/overlay.py via the space).
 
-The published cases come from tests/data/reference (copies of ../shared/reference); groups are GPU architecture x
+The published cases come from tests/data/reference (published cases with their sources); groups are GPU architecture x
 engine x method x precision for time and engine x method for memory.
 """
 

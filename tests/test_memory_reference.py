@@ -1,4 +1,4 @@
-"""Accuracy of the memory model on ../shared/reference/memory_cases.yaml and memory_cases_2.yaml (54 published cases).
+"""Accuracy of the memory model on tests/data/reference/memory_cases.yaml and memory_cases_2.yaml (54 published cases).
 
 Every case's ``scenario`` mapping, saved as a file, must be accepted by ``ftopt estimate`` as written, and so must
 the same scenario with the settings its notes state (NOTE_SETTINGS: torch.compile, activation offloading, the

@@ -81,6 +81,27 @@ def dp_bandwidth(cfg: Configs, hw: Hardware) -> np.ndarray:
     return np.where(hw.nodes > 1, np.minimum(hw.intra_bytes_per_s, inter), hw.intra_bytes_per_s)
 
 
+def zero_bandwidth(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
+    """Bytes/s per GPU of the ZeRO-2/3 (sharded data-parallel) collectives, (n,).
+
+    :func:`dp_bandwidth` (the node's aggregate NIC bandwidth shared by its data-parallel groups), except on engines
+    listed in ``zero_per_gpu_nic_engines`` (calibration ``timing``): there a sharded collective that spans nodes
+    moves at one GPU's own NIC share, inter / g with g the job's cards in a node. Basis: DeepSpeed ZeRO-3 across
+    Selene nodes (Narayanan et al. 2021, arXiv 2104.04473, Table 2 ZeRO-3 rows, tests/data/reference/
+    throughput_cases_3.yaml): at 768 and 1,536 GPUs (175B) and 1,120 and 2,240 (530B) the step time stays the
+    same while compute halves, and 6P bytes per GPU per step over that time is 15.7-17.6 GB/s, two thirds of the
+    25 GB/s NIC per GPU, where the node aggregate (200 GB/s) would hide it behind compute. PyTorch FSDP reaches the
+    node aggregate: fms-fsdp's 70B on 128 A100s with 400 Gb/s per node (50 GB/s aggregate) runs at 370 tokens/s
+    per GPU, which per-GPU NIC bandwidth (6 GB/s) could not carry (throughput_cases_2.yaml).
+    """
+    bw = dp_bandwidth(cfg, hw)
+    engine = f"hf_{job.sharding.value}" if job.framework.value == "hf" else job.framework.value
+    if engine not in consts.get("zero_per_gpu_nic_engines", []):
+        return bw
+    per_node = np.minimum(cfg.cards, hw.cards_per_node).astype(np.float64)
+    return np.where(hw.nodes > 1, np.minimum(bw, hw.inter_bytes_per_s / np.maximum(per_node, 1.0)), bw)
+
+
 def zero_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
     """ZeRO-2/3 collectives of one micro-batch, seconds, (n,).
 
@@ -88,11 +109,11 @@ def zero_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]
     (d-1)/d x 2 P_train / (t p); stage 3 adds two all-gathers (forward, backward) of the base weights in their stored
     width B_w: 2 (d-1)/d x B_w P / (t p). ZeRO-3 / FSDP gathers every micro-batch (formulas.md Part II section 3.2:
     1.5 x DDP; LoRA gathers the frozen base). Latency: one collective per layer for each of the three, each
-    (d-1) alpha (FSDP wraps each decoder layer; DeepSpeed fetches per module).
+    (d-1) alpha (FSDP wraps each decoder layer; DeepSpeed fetches per module). Bandwidth: :func:`zero_bandwidth`.
     """
     a = job.arch
     split = (cfg.tp * cfg.pp).astype(np.float64)
-    bw = dp_bandwidth(cfg, hw)
+    bw = zero_bandwidth(job, cfg, hw, consts)
     grads = 2.0 * trainable_params(job) / split
     base_bytes = 2.0 if job.base_bits == 16 else job.base_bits / 8.0
     scatter = np.where(cfg.zero_stage >= 2, ring(cfg.dp, 1.0) * grads / bw, 0.0)
