@@ -30,7 +30,7 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
     "importers": 3,
     "memory": 3, "timing": 3, "cost": 3, "comm": 3, "overheads": 3, "interruptions": 3, "import_skypilot": 3,
     "space": 4, "uncertainty": 4, "hosts": 4,
-    "solver": 5, "validator": 5, "portfolio_problem": 5, "portfolio": 6,
+    "limits": 5, "solver": 5, "validator": 5, "portfolio_problem": 5, "portfolio": 6,
     "explain_relax": 6, "explain": 6, "requirements": 6, "checklist": 6, "offer_facts": 6,
     "planner": 7,
     "pareto": 8, "batch": 8, "calibrate": 8, "probe": 8, "portfolio_plan": 8,
@@ -44,7 +44,7 @@ SAME_LAYER = {
     ("batch", "pareto"), ("report_front", "report"), ("report_portfolio", "report"), ("probe", "calibrate"),
     ("report", "report_measure"), ("cli", "cli_measure"), ("cli", "cli_portfolio"), ("timing", "comm"),
     ("activations", "pipeline"), ("comm", "memory"), ("explain", "explain_relax"), ("overheads", "memory"),
-    ("space", "hosts"),
+    ("space", "hosts"), ("solver", "limits"),
     ("report", "report_offer"),
 }  # fmt: skip
 TERMINAL = {"click", "rich"}  # user-interface libraries: report modules and cli only
