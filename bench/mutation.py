@@ -69,7 +69,7 @@ def _m(id_: str, module: str, files: str | list[str], pattern: str, repl: str, t
 MEM, ACT = "optimizer/models/memory.py", "optimizer/models/activations.py"
 TIM, COST = "optimizer/models/timing.py", "optimizer/models/cost.py"
 COMM = "optimizer/models/comm.py"  # collective volumes and latencies (module "timing": the step-time model)
-SOLVER, PARETO = "optimizer/solver.py", "optimizer/pareto.py"
+SOLVER, PARETO, LIMITS = "optimizer/solver.py", "optimizer/pareto.py", "optimizer/limits.py"
 SPACE, VALID = "optimizer/space.py", "optimizer/validator.py"
 PF_PLAN, PF_SOLVE = "optimizer/portfolio_plan.py", "optimizer/portfolio.py"
 PORTFOLIO_TESTS = ["tests/test_portfolio_values.py", "tests/test_portfolio.py", "tests/test_portfolio_oracle.py"]
@@ -164,23 +164,28 @@ MUTATIONS: list[Mutation] = [
        r"hourly = n_inc \* offer\.prices\[Term\.hour\]\.amount \* inc / 3600\.0",
        "hourly = n_inc * offer.prices[Term.hour].amount", COST_TESTS, "per-second increments priced per hour"),
     # ---- solver
-    _m("solver-cents-rounded-down", "solver", SOLVER,
+    _m("solver-cents-rounded-down", "solver", LIMITS,
        r"np\.ceil\(np\.round\(np\.asarray\(amount, dtype=np\.float64\) \* 100\.0, 6\)\)",
        "np.floor(np.round(np.asarray(amount, dtype=np.float64) * 100.0, 6))", SOLVER_TESTS, "money rounded down"),
-    _m("solver-seconds-rounded-down", "solver", SOLVER,
+    _m("solver-seconds-rounded-down", "solver", LIMITS,
        r"np\.ceil\(np\.round\(np\.asarray\(hours, dtype=np\.float64\) \* 3600\.0, 6\)\)",
        "np.floor(np.round(np.asarray(hours, dtype=np.float64) * 3600.0, 6))", SOLVER_TESTS, "time rounded down"),
-    _m("solver-deadline-dropped", "solver", SOLVER, r'\s*\("deadline_s", "deadline_time_s"\),', "", SOLVER_TESTS,
+    _m("solver-deadline-dropped", "solver", SOLVER, r"    for spec in limits\.specs\(\):",
+       '    for spec in (s for s in limits.specs() if s.key != "deadline_s"):', SOLVER_TESTS,
        "deadline constraint dropped (once hung the Pareto sweep)"),
     _m("solver-levels-swapped", "solver", SOLVER,
        r'levels = \["cost_cents", "time_s"\] if objective is Objective\.cost else \["time_s", "cost_cents"\]',
        'levels = ["time_s", "cost_cents"] if objective is Objective.cost else ["cost_cents", "time_s"]',
        SOLVER_TESTS, "lexicographic levels swapped"),
-    _m("solver-budget-rounded-up", "solver", SOLVER, r"budget_cents=int\(math\.floor\(", "budget_cents=int(math.ceil(",
+    _m("solver-budget-rounded-up", "solver", LIMITS, r"return int\(math\.floor\(round\(x \* scale, 6\)\)\)",
+       "return int(math.ceil(round(x * scale, 6)))",
        SOLVER_TESTS, "budget rounded up to the next cent"),
     _m("solver-level-not-fixed", "solver", SOLVER, r"model\.add\(var == value\)", "model.add(var >= 0)",
        SOLVER_TESTS, "a solved level is not fixed before the tie-break"),
     # ---- pareto
+    _m("pareto-limit-forgotten", "pareto", PARETO, r"        if not spec\.monotone:",
+       '        if not spec.monotone and spec.key != "max_cards":', ["tests/test_limits_registry.py"],
+       "a user limit left out of the front's reduction (issue 23: a feasible scenario called infeasible)"),
     _m("pareto-epsilon-not-stepped", "pareto", PARETO, r"eps_s = time_s - 1", "eps_s = time_s",
        ["tests/test_pareto.py"], "epsilon bound not moved past the last point (a sweep that never ends)"),
     _m("pareto-dominated-kept", "pareto", PARETO, r"out\[idx\[~\(le & lt\)\.any\(axis=1\)\]\] = True",

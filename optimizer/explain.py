@@ -27,21 +27,15 @@ import numpy as np
 from optimizer.catalog import Catalog, default_offer_files, load_catalog
 from optimizer.errors import FtoptError, InputError
 from optimizer.explain_relax import Option, names_with_plan, single_options, tradeoff, tradeoff_text
+from optimizer.limits import MONOTONE, REGISTRY
 from optimizer.schema import ModelArch, Objective, PlanPins, Scenario
 from optimizer.schema_catalog import Gpu, Offer
 from optimizer.solver import Limits, SolverSettings, cents, seconds, solve
 from optimizer.space import Space, build, tp_limit
 
-# Limits field -> the scenario field a user edits to relax it
-FIELD_OF = {
-    "gpus": "allow.gpus",
-    "providers": "allow.providers",
-    "max_cards": "allow.max_cards",
-    "max_nodes": "allow.max_nodes",
-    "budget_cents": "budget.amount",
-    "deadline_s": "deadline_hours",
-}
-_ALLOW = ("gpus", "providers", "max_cards", "max_nodes")
+# Limits field -> the scenario field a user edits to relax it; the allow-lists are the limits not monotone in cost
+FIELD_OF = {spec.key: spec.field for spec in REGISTRY}
+_ALLOW = tuple(spec.key for spec in REGISTRY if spec.kind != "space" and not spec.monotone)
 
 
 @dataclass
@@ -184,7 +178,7 @@ def _feasible(space: Space, objective: Objective, limits: Limits, settings: Solv
 
 def _shrink(space: Space, limits: Limits, settings: SolverSettings) -> list[str]:
     """A minimal set of allow-list limits that alone excludes every plan (CP-SAT core, then deletion filter)."""
-    only_allow = limits.without("budget_cents", "deadline_s")
+    only_allow = limits.without(*MONOTONE)
     out = solve(space, Objective.cost, only_allow, settings)
     if out.index is not None:
         return []
@@ -269,7 +263,7 @@ def explain(space: Space, objective: Objective, limits: Limits, settings: Solver
         parts.append(f"{FIELD_OF[name]} excludes every plan that fits")
         if name == "gpus":
             others = limits.without(*[n for n in allow_core if n != "gpus"])
-            loose = others.without("budget_cents", "deadline_s")
+            loose = others.without(*MONOTONE)
             rel.gpus_that_fit = _allowed_gpus(space, others, settings) or _allowed_gpus(space, loose, settings)
             if rel.gpus_that_fit:
                 parts[-1] += f" (GPUs with a plan: {', '.join(rel.gpus_that_fit)})"

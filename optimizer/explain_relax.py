@@ -20,7 +20,6 @@ tight: every (cost, hours) pair on it is a budget and deadline that together adm
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -28,11 +27,11 @@ import numpy as np
 
 from optimizer.catalog import Catalog
 from optimizer.errors import FtoptError
+from optimizer.limits import BY_KEY, GIB, MONOTONE, REGISTRY, Limit, column
 from optimizer.schema import Objective
 from optimizer.solver import Limits, SolverSettings, cents, limits_from, seconds, solve
 from optimizer.space import Space, build
 
-GIB = 2**30
 MAX_TRADEOFF_POINTS = 8  # the message lists at most this many front points (both ends always)
 
 
@@ -79,36 +78,40 @@ def _hours(space: Space, i: int) -> float:
 
 
 def _limit_option(space: Space, limits: Limits, settings: SolverSettings, name: str) -> Option | None:
-    """The option for dropping the solver limit ``name`` alone, or None when that alone gives no plan."""
+    """The option for dropping the solver limit ``name`` alone, or None when that alone gives no plan.
+
+    The registry entry's ``relax`` says how the value is found and its ``words`` how it is said.
+    """
+    spec = BY_KEY[name]
     lim = limits.without(name)
     best = _feasible(space, lim, settings)
     if best is None:
         return None
-    c, cur = space.cand, space.currency
-    if name == "budget_cents":
+    if spec.relax == "cost":
         need = _money(space, best)
-        return Option("budget.amount", need, f"raise budget.amount to {need:,.2f} {cur}")
-    if name == "deadline_s":
+        return Option(spec.field, need, spec.words.format(value=f"{need:,.2f} {space.currency}"))
+    if spec.relax == "time":
         fast = solve(space, Objective.time, lim, settings).index
         need = _hours(space, fast if fast is not None else best)
-        return Option("deadline_hours", need, f"extend deadline_hours to {need:g}")
-    if name in ("gpus", "providers"):
-        col = ([space.offers[int(i)].gpu for i in c.offer_idx] if name == "gpus"
-               else [space.offers[int(i)].provider.lower() for i in c.offer_idx])  # fmt: skip
-        have = names_with_plan(space, lim, settings, col)
-        return Option(f"allow.{name}", have, f"add {' or '.join(have)} to allow.{name}")
-    values = c.cards if name == "max_cards" else c.nodes
-    need_n = int(_smallest(space, lim, settings, values) or 0)
-    return Option(f"allow.{name}", need_n, f"raise allow.{name} to {need_n}")
+        return Option(spec.field, need, spec.words.format(value=f"{need:g}"))
+    if spec.relax == "names":
+        have = names_with_plan(space, lim, settings, list(column(space, spec.column)))
+        return Option(spec.field, have, spec.words.format(value=" or ".join(have)))
+    need_n = int(_smallest(space, lim, settings, column(space, spec.column)) or 0)
+    return Option(spec.field, need_n, spec.words.format(value=need_n))
 
 
-def _host_option(space: Space, limits: Limits, settings: SolverSettings, catalog: Catalog,
-                 gpu_ids: list[str] | None, source: str) -> Option | None:  # fmt: skip
-    """Dropping allow.max_host_memory_gib alone: rebuild the space without it and find the host RAM needed."""
+def _rebuild_option(space: Space, spec: Limit, limits: Limits, settings: SolverSettings, catalog: Catalog,
+                    gpu_ids: list[str] | None, source: str) -> Option | None:  # fmt: skip
+    """Dropping a limit applied while the space is built: rebuild the space without it, find the least value needed.
+
+    The value is the smallest per-candidate ``column`` admitting a plan, in GiB rounded up (at least 1).
+    """
     sc = space.scenario
-    if sc.allow.max_host_memory_gib is None:
+    if spec.read(sc, gpu_ids) is None:
         return None
-    free = sc.model_copy(update={"allow": sc.allow.model_copy(update={"max_host_memory_gib": None})})
+    section, key = spec.field.split(".")
+    free = sc.model_copy(update={section: getattr(sc, section).model_copy(update={key: None})})
     try:
         wide = build(free, catalog, space.job.arch, source)
     except FtoptError:
@@ -116,22 +119,19 @@ def _host_option(space: Space, limits: Limits, settings: SolverSettings, catalog
     if len(wide.cand) == 0:
         return None
     lim = limits_from(wide, gpu_ids)
-    need = _smallest(wide, lim, settings, wide.cand.mem["cpu_offload"].astype(np.float64))
+    need = _smallest(wide, lim, settings, column(wide, spec.column).astype(np.float64))
     if need is None:
         return None
     gib = max(math.ceil(need / GIB), 1)
-    return Option(
-        "allow.max_host_memory_gib",
-        gib,
-        f"raise allow.max_host_memory_gib to {gib:,} (GiB of host RAM per node for offloading)",
-    )
+    return Option(spec.field, gib, spec.words.format(value=f"{gib:,}"))
 
 
 def single_options(space: Space, limits: Limits, settings: SolverSettings, catalog: Catalog,
                    gpu_ids: list[str] | None, source: str) -> list[Option]:  # fmt: skip
-    """Every single-limit change that restores a plan (module docstring), in the order of Limits.active()."""
+    """Every single-limit change that restores a plan (module docstring), in registry order."""
     found = [_limit_option(space, limits, settings, name) for name in limits.active()]
-    found.append(_host_option(space, limits, settings, catalog, gpu_ids, source))
+    found += [_rebuild_option(space, spec, limits, settings, catalog, gpu_ids, source)
+              for spec in REGISTRY if spec.kind == "space"]  # fmt: skip
     return [o for o in found if o is not None]
 
 
@@ -141,11 +141,11 @@ def tradeoff(space: Space, limits: Limits, settings: SolverSettings) -> list[tup
     Epsilon-constraint, as pareto.front (which sits above this module): the cheapest plan, then the cheapest one
     strictly faster, until none is; each stage is proven by CP-SAT.
     """
-    free = limits.without("budget_cents", "deadline_s")
+    free = limits.without(*MONOTONE)
     points: list[tuple[float, float]] = []
     eps_s: int | None = None
     while eps_s is None or eps_s >= 0:
-        best = _feasible(space, dataclasses.replace(free, deadline_s=eps_s), settings)
+        best = _feasible(space, free.replace(deadline_s=eps_s), settings)
         if best is None:
             break
         points.append((_money(space, best), _hours(space, best)))

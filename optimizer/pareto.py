@@ -27,13 +27,13 @@ check the result against an exhaustive oracle over all candidates, with and with
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from optimizer.explain import Relaxation, explain
+from optimizer.limits import admits
 from optimizer.planner import Overrides, load_space, named_limits, to_estimate
 from optimizer.schema import Objective, Scenario, Status
 from optimizer.schema_plan import Estimate
@@ -86,7 +86,7 @@ def front(space: Space, limits: Limits, objective: Objective, settings: SolverSe
         if solves >= max_stages:
             raise RuntimeError(f"Pareto sweep did not end after {max_stages} stages ({len(space.cand)} candidates): "
                                f"the epsilon bound no longer excludes the previous point")  # fmt: skip
-        out = solve(space, Objective.cost, dataclasses.replace(limits, deadline_s=eps_s), settings, subset)
+        out = solve(space, Objective.cost, limits.replace(deadline_s=eps_s), settings, subset)
         solves += 1
         if out.index is None:
             break
@@ -100,21 +100,15 @@ def front(space: Space, limits: Limits, objective: Objective, settings: SolverSe
 
 
 def allowed(space: Space, limits: Limits) -> np.ndarray:
-    """Mask (n_candidates,) of the candidates that pass the allow-lists and the card and node limits.
+    """Mask (n_candidates,) of the candidates that pass every set limit that is not monotone in (cost, time).
 
-    These are the limits that are not monotone in (cost, time); budget and deadline are left to the solver.
+    The registry (optimizer.limits) marks budget and deadline monotone; they are left to the solver. The others
+    (allow-lists, card and node limits, and any limit added later) are applied here.
     """
-    c = space.cand
-    offers = [space.offers[int(i)] for i in c.offer_idx]
-    mask = np.ones(len(c), dtype=bool)
-    if limits.gpus is not None:
-        mask &= np.array([o.gpu in limits.gpus for o in offers], dtype=bool)
-    if limits.providers is not None:
-        mask &= np.array([o.provider.lower() in limits.providers for o in offers], dtype=bool)
-    if limits.max_cards is not None:
-        mask &= c.cards <= limits.max_cards
-    if limits.max_nodes is not None:
-        mask &= c.nodes <= limits.max_nodes
+    mask = np.ones(len(space.cand), dtype=bool)
+    for spec in limits.specs():
+        if not spec.monotone:
+            mask &= admits(space, spec, getattr(limits, spec.key))
     return mask
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from optimizer.catalog import Catalog, load_catalog, load_scenario, resolve_model, resolve_offer_file
 from optimizer.errors import InputError
+from optimizer.limits import REGISTRY, admits
 from optimizer.models import cost
 from optimizer.planner import canonical_allow, to_estimate
 from optimizer.portfolio import DEFAULT_SETTINGS, Occurrence, Pool, Problem, Rental, Run, Schedule, Settings, solve
@@ -93,19 +94,13 @@ def _pool_offer(key: str, gpu: str, cards: int, currency: str) -> Offer:
 
 
 def _allowed(space: Space, rows: np.ndarray, sc: Any, gpus: list[str] | None) -> np.ndarray:
-    """Rows the allow-lists admit (providers apply to rentals only: owned and bought cards have no prices)."""
+    """Rows the registry's portfolio limits admit (rentals_only limits skip owned and bought cards: no prices)."""
     c = space.cand
+    pool = np.array([not space.offers[int(c.offer_idx[r])].prices for r in rows], dtype=bool)
     ok = np.ones(rows.size, dtype=bool)
-    for i, r in enumerate(rows):
-        offer = space.offers[int(c.offer_idx[r])]
-        if gpus is not None and offer.gpu not in gpus:
-            ok[i] = False
-        if sc.allow.providers and offer.prices:
-            ok[i] &= offer.provider.lower() in {p.lower() for p in sc.allow.providers}
-        if sc.allow.max_cards is not None and int(c.cards[r]) > sc.allow.max_cards:
-            ok[i] = False
-        if sc.allow.max_nodes is not None and int(c.nodes[r]) > sc.allow.max_nodes:
-            ok[i] = False
+    for spec in REGISTRY:
+        if spec.in_portfolio and spec.kind != "space":
+            ok &= admits(space, spec, spec.read(sc, gpus), rows, pool if spec.rentals_only else None)
     return rows[ok]
 
 

@@ -49,9 +49,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
-from optimizer.errors import InputError
+from optimizer.errors import InputError, SolverLimitError
+from optimizer.limits import REGISTRY, Limits, cents, column, limits_from, seconds
 from optimizer.schema import Objective, Status
 from optimizer.space import Space
+
+# Limits, cents, seconds and limits_from live in optimizer.limits (the registry of user limits); re-exported here
+__all__ = ["Limits", "Outcome", "SolverSettings", "cents", "limits_from", "seconds", "solve", "status_of"]
 
 
 @dataclass(frozen=True)
@@ -70,30 +74,6 @@ class SolverSettings:
                              f"got {self.time_limit_s}")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Limits:
-    """The user constraints, each switchable for the infeasibility explanation."""
-
-    gpus: frozenset[str] | None = None
-    providers: frozenset[str] | None = None
-    max_cards: int | None = None
-    max_nodes: int | None = None
-    budget_cents: int | None = None
-    deadline_s: int | None = None
-
-    def active(self) -> list[str]:
-        """Names of the constraints that are set."""
-        return [
-            k
-            for k in ("gpus", "providers", "max_cards", "max_nodes", "budget_cents", "deadline_s")
-            if getattr(self, k) is not None
-        ]
-
-    def without(self, *names: str) -> Limits:
-        """A copy with the named constraints removed."""
-        return Limits(**{k: (None if k in names else getattr(self, k)) for k in self.__dataclass_fields__})
-
-
 @dataclass
 class Outcome:
     """Solver result: status, the chosen candidate index, the proven bound and what binds when infeasible."""
@@ -105,30 +85,6 @@ class Outcome:
     binding: list[str] = field(default_factory=list)
 
 
-def cents(amount: np.ndarray) -> np.ndarray:
-    """Money to whole cents, rounded up (int64)."""
-    return np.ceil(np.round(np.asarray(amount, dtype=np.float64) * 100.0, 6)).astype(np.int64)
-
-
-def seconds(hours: np.ndarray) -> np.ndarray:
-    """Hours to whole seconds, rounded up (int64)."""
-    return np.ceil(np.round(np.asarray(hours, dtype=np.float64) * 3600.0, 6)).astype(np.int64)
-
-
-def limits_from(space: Space, gpu_ids: list[str] | None) -> Limits:
-    """The scenario's allow-lists (``gpu_ids`` canonical), budget (converted to cents) and deadline (seconds)."""
-    sc = space.scenario
-    allow = sc.allow
-    return Limits(
-        gpus=frozenset(gpu_ids) if gpu_ids is not None else None,
-        providers=frozenset(p.lower() for p in allow.providers) if allow.providers else None,
-        max_cards=allow.max_cards,
-        max_nodes=allow.max_nodes,
-        budget_cents=int(math.floor(round(sc.budget.amount * 100.0, 6))) if sc.budget else None,
-        deadline_s=int(math.floor(round(sc.deadline_hours * 3600.0, 6))) if sc.deadline_hours else None,
-    )
-
-
 class _Columns:
     """Integer data of the candidates, the rows of the channelling constraints."""
 
@@ -138,8 +94,7 @@ class _Columns:
         offer_ids = [space.offers[i].id for i in c.offer_idx]
         self.gpu_names = sorted(set(g.id for g in space.gpus))
         self.gpu = np.array([self.gpu_names.index(g) for g in gpu_ids], dtype=np.int64)
-        self.provider = [space.offers[i].provider.lower() for i in c.offer_idx]
-        self.gpu_id = gpu_ids
+        self.names = {s.column: column(space, s.column) for s in REGISTRY if s.kind == "names"}
         self.values: dict[str, np.ndarray] = {
             "gpu": self.gpu,
             "offer": c.offer_idx.astype(np.int64),
@@ -154,10 +109,10 @@ class _Columns:
             "grad_accum": c.cfg.grad_accum,
             "checkpointing": c.cfg.checkpointing,
             "precision": c.cfg.precision,
-            "cost_cents": cents(space.cost_total),
+            "cost_cents": column(space, "cost_cents"),
             "time_s": seconds(c.time["hours"]),
             "capacity": c.capacity.astype(np.int64),
-            "deadline_time_s": seconds(c.time["hours"] + c.time.get("deadline_margin_hours", 0.0)),
+            "deadline_time_s": column(space, "deadline_time_s"),
         }
         simpler = np.column_stack([c.nodes, c.cards, c.cfg.zero_stage, c.cfg.offload, c.cfg.checkpointing, c.cfg.tp])
         order = sorted(range(len(c)), key=lambda i: (*simpler[i].tolist(), gpu_ids[i], offer_ids[i],
@@ -183,22 +138,14 @@ def _build(cols: _Columns, subset: np.ndarray, limits: Limits) -> tuple[cp_model
     lits: dict[str, cp_model.IntVar] = {}
     for name in limits.active():
         lits[name] = model.new_bool_var(f"a_{name}")
-    # (3) allowed GPU types, (4) allowed providers
-    for name, attr, allowed in (("gpus", cols.gpu_id, limits.gpus), ("providers", cols.provider, limits.providers)):
-        if allowed is None:
-            continue
-        banned = [pick[int(i)] for i in idx if attr[int(i)] not in allowed]
-        model.add(sum(banned) == 0).only_enforce_if(lits[name])
-    # (5)-(8) card, node, budget and deadline limits
-    for name, var in (
-        ("max_cards", "cards"),
-        ("max_nodes", "nodes"),
-        ("budget_cents", "cost_cents"),
-        ("deadline_s", "deadline_time_s"),
-    ):
-        bound = getattr(limits, name)
-        if bound is not None:
-            model.add(x[var] <= int(bound)).only_enforce_if(lits[name])
+    # (3)-(8) the registry's limits: allow-lists ban the candidates whose name is not listed, bounds cap a column
+    for spec in limits.specs():
+        bound = getattr(limits, spec.key)
+        if spec.kind == "names":
+            banned = [pick[int(i)] for i in idx if cols.names[spec.column][int(i)] not in bound]
+            model.add(sum(banned) == 0).only_enforce_if(lits[spec.key])
+        else:
+            model.add(x[spec.column] <= int(bound)).only_enforce_if(lits[spec.key])
     # rank: deterministic tie-break among plans equal in cost and time
     x["rank"] = model.new_int_var(0, max(len(cols.rank) - 1, 0), "x_rank")
     model.add(x["rank"] == sum(int(cols.rank[i]) * pick[int(i)] for i in idx))

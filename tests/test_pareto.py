@@ -279,7 +279,7 @@ def test_a_sweep_whose_epsilon_bound_is_ignored_stops_with_an_error(monkeypatch,
     real = pareto_mod.solve
 
     def no_deadline(sp, objective, limits, *args, **kwargs):
-        return real(sp, objective, dataclasses.replace(limits, deadline_s=None), *args, **kwargs)
+        return real(sp, objective, limits.replace(deadline_s=None), *args, **kwargs)
 
     monkeypatch.setattr(pareto_mod, "solve", no_deadline)
     with pytest.raises(RuntimeError, match=rf"did not end after {n + 1} stages"):
