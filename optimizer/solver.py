@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
-from optimizer.errors import InputError, SolverLimitError
+from optimizer.errors import InputError
 from optimizer.limits import REGISTRY, Limits, cents, column, limits_from, seconds
 from optimizer.schema import Objective, Status
 from optimizer.space import Space
