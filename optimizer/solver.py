@@ -160,14 +160,13 @@ def incumbent(cols: _Columns, subset: np.ndarray, limits: Limits, levels: list[s
     proven), when the time limit ends before CP-SAT has one. None when no candidate meets every limit.
     """
     ok = subset.copy()
-    for allowed, attr in ((limits.gpus, cols.gpu_id), (limits.providers, cols.provider)):
-        if allowed is not None:
-            ok &= np.fromiter((a in allowed for a in attr), dtype=bool, count=len(attr))
-    for name, var in (("max_cards", "cards"), ("max_nodes", "nodes"), ("budget_cents", "cost_cents"),
-                      ("deadline_s", "deadline_time_s")):  # fmt: skip
-        bound = getattr(limits, name)
-        if bound is not None:
-            ok &= cols.values[var] <= bound
+    for spec in limits.specs():  # the registry's limits, as _build states them
+        bound = getattr(limits, spec.key)
+        if spec.kind == "names":
+            names = cols.names[spec.column]
+            ok &= np.fromiter((a in bound for a in names), dtype=bool, count=len(names))
+        else:
+            ok &= cols.values[spec.column] <= int(bound)
     idx = np.flatnonzero(ok)
     if idx.size == 0:
         return None
