@@ -9,10 +9,11 @@ one does, the value to apply is the least change that admits it:
 * allow.gpus / allow.providers: the GPU types / providers that have such a plan;
 * allow.max_cards / allow.max_nodes: the smallest card / node count of such a plan (a bisection over the counts
   the space holds; feasibility only grows with the limit);
-* allow.max_host_memory_gib: the candidate space is rebuilt without the host RAM limit (offloading plans the limit
-  had made unfit come back) and the smallest host RAM per node of such a plan, rounded up to a whole GiB, is found
-  the same way. Pruning keeps the fastest plan per (offer, cards), so this is the host RAM of a plan that exists, an
-  upper bound of the least that works.
+* allow.max_host_memory_gib (also offered when it is unset but plans were dropped for host RAM, since it replaces
+  the default RAM of offers that do not state theirs, hosts.py): the candidate space is rebuilt with the largest
+  allowed figure (offloading plans the limit or the default RAM had made unfit come back) and the smallest host
+  RAM per node of such a plan, rounded up to a whole GiB, is found the same way. Pruning keeps the fastest plan
+  per (offer, cards), so this is the host RAM of a plan that exists, an upper bound of the least that works.
 
 ``tradeoff`` gives the cost/time front under the other limits for the case where budget and deadline are both too
 tight: every (cost, hours) pair on it is a budget and deadline that together admit a plan.
@@ -33,6 +34,7 @@ from optimizer.solver import Limits, SolverSettings, cents, limits_from, seconds
 from optimizer.space import Space, build
 
 GIB = 2**30
+HOST_GIB_MAX = 1e6  # schema.Allow.max_host_memory_gib's upper bound
 MAX_TRADEOFF_POINTS = 8  # the message lists at most this many front points (both ends always)
 
 
@@ -106,9 +108,10 @@ def _host_option(space: Space, limits: Limits, settings: SolverSettings, catalog
                  gpu_ids: list[str] | None, source: str) -> Option | None:  # fmt: skip
     """Dropping allow.max_host_memory_gib alone: rebuild the space without it and find the host RAM needed."""
     sc = space.scenario
-    if sc.allow.max_host_memory_gib is None:
+    if sc.allow.max_host_memory_gib is None and space.ram_short is None:
         return None
-    free = sc.model_copy(update={"allow": sc.allow.model_copy(update={"max_host_memory_gib": None})})
+    # the largest allowed figure: offloading is then unbounded, and so is the RAM of offers that do not state it
+    free = sc.model_copy(update={"allow": sc.allow.model_copy(update={"max_host_memory_gib": HOST_GIB_MAX})})
     try:
         wide = build(free, catalog, space.job.arch, source)
     except FtoptError:
@@ -120,10 +123,11 @@ def _host_option(space: Space, limits: Limits, settings: SolverSettings, catalog
     if need is None:
         return None
     gib = max(math.ceil(need / GIB), 1)
+    verb = "raise" if sc.allow.max_host_memory_gib is not None else "if your nodes have the RAM, set"
     return Option(
         "allow.max_host_memory_gib",
         gib,
-        f"raise allow.max_host_memory_gib to {gib:,} (GiB of host RAM per node for offloading)",
+        f"{verb} allow.max_host_memory_gib to {gib:,} (GiB of host RAM per node for offloading)",
     )
 
 
