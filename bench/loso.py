@@ -170,6 +170,8 @@ def _offer_file(case: dict[str, Any], source: str, tmp: Path) -> Path:
     base = sorted((o for o in catalog.offers if o.gpu == gpu), key=lambda o: (-o.cards_per_node, -o.max_nodes, o.id))[0]
     offer = base.model_dump(mode="json", exclude_none=True)
     currency = offer.pop("currency")
+    offer.update(sold_as="card")  # the case's own card count, not the rental unit of the offer it borrows
+    offer.pop("cards_per_instance", None)
     nodes = -(-int(plan["cards"]) // base.cards_per_node)
     if nodes > 1:
         gb_per_s, _ = NETWORK[(source, gpu)]

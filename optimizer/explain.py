@@ -31,7 +31,7 @@ from optimizer.limits import MONOTONE, REGISTRY
 from optimizer.schema import ModelArch, Objective, PlanPins, Scenario
 from optimizer.schema_catalog import Gpu, Offer
 from optimizer.solver import Limits, SolverSettings, cents, seconds, solve
-from optimizer.space import Space, build, tp_limit
+from optimizer.space import Space, build, card_counts, tp_limit
 
 # Limits field -> the scenario field a user edits to relax it; the allow-lists are the limits not monotone in cost
 FIELD_OF = {spec.key: spec.field for spec in REGISTRY}
@@ -72,6 +72,10 @@ def _layout_problem(p: PlanPins, arch: ModelArch, offers: list[Offer], gpus: lis
     most_cards = max((o.cards_per_node * o.max_nodes for o in offers), default=0)
     if p.cards and p.cards > most_cards:
         return "plan.cards", f"cards={p.cards} is more than any offer rents (at most {most_cards} cards)"
+    if p.cards and offers and all(p.cards % o.unit_cards for o in offers):
+        sizes = ", ".join(str(n) for n in sorted({o.unit_cards for o in offers}))
+        return "plan.cards", (f"cards={p.cards} splits an instance: the offers rent whole instances of {sizes} "
+                              "cards only (sold_as: instance); pin a multiple")  # fmt: skip
     if p.cards and p.cards % (tp * pp):
         return "plan.cards", f"cards={p.cards} must be a multiple of tp x pp = {tp * pp}"
     if p.cards and p.dp and p.dp * tp * pp != p.cards:
@@ -113,6 +117,12 @@ def pin_problem(sc: Scenario, arch: ModelArch, offers: list[Offer], gpus: list[G
                               "two, or the offer's maximum); pin cards as well")  # fmt: skip
     if p.precision:
         return "plan.precision", f"no offered GPU runs precision {p.precision.value} natively; try bf16 or fp16"
+    if not p.cards and offers and all(o.sold_as == "instance" for o in offers):
+        counts = ", ".join(str(c) for c in sorted({c for o in offers for c in card_counts(o, None)}))
+        why = (f"global_batch {sc.global_batch} cannot be split over the whole instances offered ({counts} cards; "
+               "micro_batch x grad_accum x dp = global_batch with dp = cards / (tp x pp)); use a global_batch these "
+               "card counts divide, or offers sold per card")  # fmt: skip
+        return "global_batch", why
     return "plan", "the pinned values admit no configuration on any offer; unpin some of them"
 
 
@@ -152,8 +162,21 @@ def gpus_that_fit(space: Space, catalog: Catalog, source: str) -> list[str]:
     return sorted({sp.offers[int(i)].gpu for i in sp.cand.offer_idx})
 
 
+def ram_text(space: Space) -> str:
+    """'...need more host RAM than their nodes have: ...' when configurations fitting their card were dropped for it."""
+    if space.ram_short is None:
+        return ""
+    need, offer, have = space.ram_short
+    return (f"configurations that fit their cards need more host RAM than their nodes have (the closest: "
+            f"{need / 2**30:,.0f} GiB per node on {offer}, whose node has {have / 2**30:,.0f} GiB, stated by the "
+            "offer or by the default rule for offers that state none: catalogs/calibration.yaml "
+            "hosts.host_ram_default)")  # fmt: skip
+
+
 def explain_memory(space: Space, catalog: Catalog, source: str) -> Relaxation:
     """Nothing fits: the smallest per-GPU need, the largest card offered and the GPUs that would fit."""
+    if space.ram_short is not None:  # some configurations fit their cards: host RAM is what binds
+        return Relaxation(["host_ram"], f"no plan fits: {ram_text(space)}", memory_needed_bytes=space.ram_short[0])
     need = min(space.smallest_need.values()) if space.smallest_need else 0
     largest = max(space.gpus, key=lambda g: g.memory_gib)
     usable = largest.memory_gib * (1 - space.scenario.headroom)
@@ -274,6 +297,8 @@ def explain(space: Space, objective: Objective, limits: Limits, settings: Solver
             more[0] = f"with {', '.join(rel.binding[: len(allow_core)])} relaxed, {more[0]}"
         parts += more
     rel.message = "; ".join(parts) or "no plan meets the constraints"
+    if space.ram_short is not None:
+        rel.message += f"; {ram_text(space)}"
     _add_options(rel, space, limits, settings, catalog, source)
     return rel
 
@@ -285,5 +310,6 @@ def _add_options(rel: Relaxation, space: Space, limits: Limits, settings: Solver
     rel.options = single_options(space, limits, settings, catalog, gpu_ids, source)
     others = [o.text for o in rel.options if o.field not in rel.binding]
     if others:
-        lead = "each of these alone also restores a plan" if rel.binding != ["memory"] else "with room in host RAM"
+        lead = "each of these alone also restores a plan" if rel.binding not in (["memory"], ["host_ram"]) \
+            else "with room in host RAM"
         rel.message += f"; {lead}: {'; '.join(others)}"

@@ -9,10 +9,11 @@ one does, the value to apply is the least change that admits it:
 * allow.gpus / allow.providers: the GPU types / providers that have such a plan;
 * allow.max_cards / allow.max_nodes: the smallest card / node count of such a plan (a bisection over the counts
   the space holds; feasibility only grows with the limit);
-* allow.max_host_memory_gib: the candidate space is rebuilt without the host RAM limit (offloading plans the limit
-  had made unfit come back) and the smallest host RAM per node of such a plan, rounded up to a whole GiB, is found
-  the same way. Pruning keeps the fastest plan per (offer, cards), so this is the host RAM of a plan that exists, an
-  upper bound of the least that works.
+* allow.max_host_memory_gib (also offered when it is unset but plans were dropped for host RAM, since it replaces
+  the default RAM of offers that do not state theirs, hosts.py): the candidate space is rebuilt with the largest
+  allowed figure (offloading plans the limit or the default RAM had made unfit come back) and the smallest host
+  RAM per node of such a plan, rounded up to a whole GiB, is found the same way. Pruning keeps the fastest plan
+  per (offer, cards), so this is the host RAM of a plan that exists, an upper bound of the least that works.
 
 ``tradeoff`` gives the cost/time front under the other limits for the case where budget and deadline are both too
 tight: every (cost, hours) pair on it is a budget and deadline that together admit a plan.
@@ -32,6 +33,7 @@ from optimizer.schema import Objective
 from optimizer.solver import Limits, SolverSettings, cents, limits_from, seconds, solve
 from optimizer.space import Space, build
 
+HOST_GIB_MAX = 1e6  # schema.Allow.max_host_memory_gib's upper bound
 MAX_TRADEOFF_POINTS = 8  # the message lists at most this many front points (both ends always)
 
 
@@ -108,10 +110,11 @@ def _rebuild_option(space: Space, spec: Limit, limits: Limits, settings: SolverS
     The value is the smallest per-candidate ``column`` admitting a plan, in GiB rounded up (at least 1).
     """
     sc = space.scenario
-    if spec.read(sc, gpu_ids) is None:
+    if spec.read(sc, gpu_ids) is None and space.ram_short is None:
         return None
     section, key = spec.field.split(".")
-    free = sc.model_copy(update={section: getattr(sc, section).model_copy(update={key: None})})
+    # the largest allowed figure: offloading is then unbounded, and so is the RAM of offers that do not state it
+    free = sc.model_copy(update={section: getattr(sc, section).model_copy(update={key: HOST_GIB_MAX})})
     try:
         wide = build(free, catalog, space.job.arch, source)
     except FtoptError:
@@ -123,7 +126,10 @@ def _rebuild_option(space: Space, spec: Limit, limits: Limits, settings: SolverS
     if need is None:
         return None
     gib = max(math.ceil(need / GIB), 1)
-    return Option(spec.field, gib, spec.words.format(value=f"{gib:,}"))
+    words = spec.words.format(value=f"{gib:,}")
+    if spec.read(sc, gpu_ids) is None:  # unset: the offers' own RAM (stated or the default rule) was too small
+        words = "if your nodes have the RAM, " + words.replace("raise", "set", 1)
+    return Option(spec.field, gib, words)
 
 
 def single_options(space: Space, limits: Limits, settings: SolverSettings, catalog: Catalog,

@@ -6,11 +6,16 @@ here, for space.py (every candidate) and validator.py (one plan) alike:
 - capacity: the memory a process sees, the offer's ``usable_memory_mib``, else the GPU's, else ``memory_gib``;
 - P2P: the offer's ``p2p``, else the GPU's;
 - host RAM need per node: offloaded states (memory.cpu_offload) + ``hosts.host_ram_per_rank_gib`` x ranks in the
-  node; a plan needing more than the offer's host RAM (``host.ram_gib``, or ``ram_gib_per_card`` x cards in the
-  node) does not fit;
+  node; a plan needing more than the node's host RAM does not fit. The node's RAM is the offer's (``host.ram_gib``,
+  or ``ram_gib_per_card`` x cards in the node); where the offer states neither, the scenario's
+  ``allow.max_host_memory_gib`` (RAM offloading may use) + the ranks' own RAM, else the default rule of the
+  calibration (``hosts.host_ram_default``: GiB per rented card by provider, else a fallback; each with its
+  source), x cards in the node. Unknown RAM is never unlimited;
 - disk need per node (overheads.disk_need_bytes): a requirement line (rented disks can be extended);
 - wall clock: timing's steps, plus saves on the offer's disk and start-up by nodes (overheads.py), or on spot the
   expected time with restarts and lost work at the Young/Daly interval (interruptions.py).
+- spot: the offer's interruption band, else the calibration's prior (``hosts.spot_prior``: a wide band per
+  provider, else a fallback), reported as an assumption.
 Unknown host facts (null) stay unknown: the plan lists them as requirements to confirm (requirements.py).
 """
 
@@ -50,16 +55,65 @@ def _nan_or(value: float | None, scale: float) -> float:
     return float("nan") if value is None else value * scale
 
 
-def host_ram_bytes(offers: list[Offer], offer_idx: np.ndarray, ranks: np.ndarray) -> np.ndarray:
-    """Host RAM per node of each row, (n,) bytes; NaN where the offer states neither figure.
+def _match(provider: str, entries: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The first entry whose ``match`` occurs in the provider's name (case-insensitive)."""
+    return next((e for e in entries if str(e["match"]).lower() in provider.lower()), None)
 
-    The node's ``ram_gib``, or ``ram_gib_per_card`` x the cards rented in the node (``ranks``).
+
+def ram_stated(offer: Offer) -> bool:
+    """Whether the offer states its host RAM (per node or per rented card)."""
+    return offer.host is not None and (offer.host.ram_gib is not None or offer.host.ram_gib_per_card is not None)
+
+
+def default_ram_rule(offer: Offer, hosts: Mapping[str, Any]) -> tuple[float, str] | None:
+    """(GiB per rented card, source) of the calibration's default rule for an offer; None without a rule.
+
+    The first ``hosts.host_ram_default.providers`` entry matching the offer's provider, else the fallback.
+    """
+    rule = hosts.get("host_ram_default") if hosts else None
+    if not rule:
+        return None
+    found = _match(offer.provider, rule.get("providers", []))
+    if found is not None:
+        return float(found["gib_per_card"]), str(found["source"])
+    return float(rule["fallback_gib_per_card"]), str(rule["fallback_source"])
+
+
+def ram_rule_text(offer: Offer, hosts: Mapping[str, Any], override_gib: float | None) -> str | None:
+    """How the RAM of an offer that does not state it was set (None when the offer states it)."""
+    if ram_stated(offer):
+        return None
+    if override_gib is not None:
+        per_rank = float(hosts["host_ram_per_rank_gib"])
+        return (f"allow.max_host_memory_gib {override_gib:g} GiB for offloading + {per_rank:g} GiB per training "
+                "process (the scenario's figure)")  # fmt: skip
+    rule = default_ram_rule(offer, hosts)
+    return None if rule is None else f"default {rule[0]:g} GiB per card ({rule[1]})"
+
+
+def host_ram_bytes(offers: list[Offer], offer_idx: np.ndarray, ranks: np.ndarray,
+                   hosts: Mapping[str, Any] | None = None, override_gib: float | None = None,
+                   ) -> np.ndarray:  # fmt: skip
+    """Host RAM per node of each row, (n,) bytes.
+
+    The node's ``ram_gib``, or ``ram_gib_per_card`` x the cards rented in the node (``ranks``). Where the offer
+    states neither: ``override_gib`` (the scenario's allow.max_host_memory_gib) + host_ram_per_rank_gib x ranks,
+    else the calibration's default GiB per card x ranks (:func:`default_ram_rule`); NaN only without ``hosts``.
     """
     if not len(offers):
         return np.zeros(0)
     node = np.array([_nan_or(o.host.ram_gib if o.host else None, GIB) for o in offers])[offer_idx]
     card = np.array([_nan_or(o.host.ram_gib_per_card if o.host else None, GIB) for o in offers])[offer_idx]
-    return np.where(np.isnan(node), card * ranks, node)
+    ram = np.where(np.isnan(node), card * ranks, node)
+    if not hosts:
+        return ram
+    if override_gib is not None:
+        assumed = override_gib * GIB + float(hosts["host_ram_per_rank_gib"]) * GIB * ranks
+    else:
+        rules = [default_ram_rule(o, hosts) for o in offers]
+        per_card = np.array([np.nan if r is None else r[0] * GIB for r in rules])[offer_idx]
+        assumed = per_card * ranks
+    return np.where(np.isnan(ram), assumed, ram)
 
 
 def local_disk_bytes(offers: list[Offer], offer_idx: np.ndarray) -> np.ndarray:
@@ -87,10 +141,10 @@ def host_ram_need(cpu_offload: np.ndarray, ranks: np.ndarray, hosts: Mapping[str
 
 
 def ram_fits(need: np.ndarray, ram: np.ndarray) -> np.ndarray:
-    """Rows whose stated host RAM suffices, (n,) bool; an unknown (NaN) figure does not exclude.
+    """Rows whose host RAM (stated or by the default rule, :func:`host_ram_bytes`) suffices, (n,) bool.
 
-    Unknown RAM becomes a requirement line. Disks are not a constraint: rented disks can be extended, so their
-    size is a requirement line too.
+    NaN (no calibration rule at all) does not exclude. Disks are not a constraint: rented disks can be extended,
+    so their size is a requirement line.
     """
     return np.isnan(ram) | (need <= ram)
 
@@ -164,9 +218,29 @@ def spot_offer(offer: Offer) -> Offer:
     return offer.model_copy(update={"prices": {Term.hour: offer.spot.price}})
 
 
-def spot_ready(offer: Offer) -> bool:
-    """Whether the offer can be planned on spot: a spot price and an interruption band."""
-    return offer.spot is not None and offer.spot.interruptions is not None
+def spot_band(offer: Offer, hosts: Mapping[str, Any] | None) -> tuple[float, float, str | None] | None:
+    """(mtbi_hours_low, mtbi_hours_high, assumption) of an offer's spot capacity; None when it has none.
+
+    The offer's ``spot.interruptions`` (assumption None), else the calibration prior ``hosts.spot_prior``: the
+    first provider entry matching the offer's provider, else its fallback; the third item then names the prior and
+    its source, so that the plan can say the band is assumed.
+    """
+    if offer.spot is None:
+        return None
+    band = offer.spot.interruptions
+    if band is not None:
+        return band.mtbi_hours_low, band.mtbi_hours_high, None
+    prior = hosts.get("spot_prior") if hosts else None
+    if not prior:
+        return None
+    entry = _match(offer.provider, prior.get("providers", [])) or prior["fallback"]
+    label = f"assumed prior for {entry.get('match', 'providers without one')}: {entry['source']}"
+    return float(entry["mtbi_hours_low"]), float(entry["mtbi_hours_high"]), label
+
+
+def spot_ready(offer: Offer, hosts: Mapping[str, Any] | None = None) -> bool:
+    """Whether the offer can be planned on spot: a spot price and an interruption band (stated, or the prior)."""
+    return spot_band(offer, hosts) is not None
 
 
 def add_spot_rows(cand: Any, offers: list[Offer], hosts_cal: Mapping[str, Any], pinned: str | None) -> Any:
@@ -176,13 +250,13 @@ def add_spot_rows(cand: Any, offers: list[Offer], hosts_cal: Mapping[str, Any], 
     infinite (interrupted faster than they can restart) are dropped.
     """
     n = len(cand)
-    ready = np.array([spot_ready(o) for o in offers], dtype=bool)
+    ready = np.array([spot_ready(o, hosts_cal) for o in offers], dtype=bool)
     idx = np.flatnonzero(ready[cand.offer_idx]) if n else np.zeros(0, dtype=np.int64)
     both = cand.take(np.concatenate([np.arange(n), idx]).astype(np.int64))
     if idx.size:
         both.capacity[n:] = SPOT
-        band = np.array([[o.spot.interruptions.mtbi_hours_low, o.spot.interruptions.mtbi_hours_high]  # type: ignore[union-attr]
-                         if spot_ready(o) else [np.nan, np.nan] for o in offers]).reshape(-1, 2)  # fmt: skip
+        bands = [spot_band(o, hosts_cal) for o in offers]
+        band = np.array([[b[0], b[1]] if b else [np.nan, np.nan] for b in bands]).reshape(-1, 2)
         oi = both.offer_idx[n:]
         sub = spot_time({k: v[n:] for k, v in both.time.items()}, both.nodes[n:], band[oi, 0], band[oi, 1],
                         disk_write_bytes_per_s(offers, oi, hosts_cal))  # fmt: skip

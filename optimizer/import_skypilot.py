@@ -5,7 +5,9 @@ Column meanings follow SkyPilot's readers (sky/catalog/common.py) as summarised 
 ``MemoryGiB`` and ``vCPUs`` the host's, ``GpuInfo`` a Python literal whose ``Gpus[0].MemoryInfo.SizeInMiB`` is the
 per-GPU memory the cloud API reports. Per cloud quirks live in ``catalogs/skypilot.yaml``.
 
-For every GPU row: per-card price = Price / AcceleratorCount (spot likewise, kept only when below on demand), host
+For every GPU row: per-card price = Price / AcceleratorCount (spot likewise, kept only when below on demand); a row of
+several GPUs is one instance type that SkyPilot launches whole, so it becomes an offer ``sold_as: instance`` of
+``cards_per_instance`` = AcceleratorCount GPUs (plans rent whole instances, the bill is instances x Price); host
 RAM and vCPUs per node, the v9 local disk, the usable memory per card when the API figure is below the nominal size,
 the region in the id. Rows of one instance and region (AWS lists one per zone) become one offer, its spot price the
 median of the zone samples; ``cheapest_region`` keeps one region per instance type. The text is validated with the
@@ -156,6 +158,7 @@ def _offer(key: tuple[str, str], group: list[dict[str, str]], gpu: Gpu, cloud: s
         "provider": rules.get("provider", cloud),
         "gpu": gpu.id,
         "cards_per_node": count,
+        **({"sold_as": "instance", "cards_per_instance": count} if count > 1 else {}),  # SkyPilot rents whole VMs
         "max_nodes": 1,
         "nvlink": gpu.nvlink_domain >= 4 and gpu.nvlink_gb_per_s > 0,
         "hour_increment_s": int(rules.get("hour_increment_s", 3600)),

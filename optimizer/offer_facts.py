@@ -25,7 +25,9 @@ def offer_report(space: Any, i: int, billed_units: dict[str, int]) -> OfferRepor
     oi = int(c.offer_idx[i])
     offer, gpu = space.offers[oi], space.gpus[oi]
     idx = c.offer_idx[i : i + 1]
-    ram = float(hosts.host_ram_bytes(space.offers, idx, hosts.ranks_per_node(c.cards[i : i + 1], space.offers, idx))[0])
+    override = space.scenario.allow.max_host_memory_gib
+    ranks = hosts.ranks_per_node(c.cards[i : i + 1], space.offers, idx)
+    ram = float(hosts.host_ram_bytes(space.offers, idx, ranks, space.hosts_cal, override)[0])
     disk = float(hosts.local_disk_bytes(space.offers, idx)[0])
     usable = offer.usable_memory_mib if offer.usable_memory_mib is not None else gpu.usable_memory_mib
     host = offer.host
@@ -35,7 +37,10 @@ def offer_report(space: Any, i: int, billed_units: dict[str, int]) -> OfferRepor
         currency=offer.currency,
         prices=price_basis(offer, billed_units),
         notes=offer.notes,
+        sold_as=offer.sold_as,
+        cards_per_instance=offer.cards_per_instance,
         host_ram_bytes=None if math.isnan(ram) else int(ram),
+        host_ram_rule=hosts.ram_rule_text(offer, space.hosts_cal, override) if space.hosts_cal else None,
         vcpus=host.vcpus if host else None,
         local_disk_bytes=None if math.isnan(disk) else int(disk),
         usable_bytes_per_card=None if usable is None else int(usable * MIB),
@@ -50,16 +55,17 @@ def spot_report(space: Any, i: int) -> SpotReport | None:
     if int(c.capacity[i]) != hosts.SPOT:
         return None
     offer = space.offers[int(c.offer_idx[i])]
-    assert offer.spot is not None and offer.spot.interruptions is not None
-    band = offer.spot.interruptions
+    band = hosts.spot_band(offer, space.hosts_cal)
+    assert offer.spot is not None and band is not None
     low, high = float(c.time["spot_hours_low"][i]), float(c.time["spot_hours_high"][i])
     bills = cost.bills(np.array([low, high]), hosts.spot_offer(offer), space.scenario.billing_terms)
     cards = int(c.cards[i])
     return SpotReport(
         price_per_card_hour=offer.spot.price.amount,
         currency=offer.currency,
-        mtbi_hours_low=band.mtbi_hours_low,
-        mtbi_hours_high=band.mtbi_hours_high,
+        mtbi_hours_low=band[0],
+        mtbi_hours_high=band[1],
+        assumption=band[2],
         checkpoint_interval_hours=round(float(c.time["checkpoint_interval_hours"][i]), 6),
         hours_low=round(low, 6),
         hours_high=round(high, 6),

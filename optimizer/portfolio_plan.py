@@ -33,9 +33,9 @@ from optimizer.models import cost
 from optimizer.planner import canonical_allow, to_estimate
 from optimizer.portfolio import DEFAULT_SETTINGS, Occurrence, Pool, Problem, Rental, Run, Schedule, Settings, solve
 from optimizer.schema import Status, Term
-from optimizer.schema_catalog import Offer, Price
+from optimizer.schema_catalog import Host, Offer, Price
 from optimizer.schema_portfolio import Portfolio
-from optimizer.space import Space, enumerate_all, prune
+from optimizer.space import Space, enumerate_all, prune, ram_short_summary
 from optimizer.yamlio import read_yaml, validate
 
 DAY_S = 86_400
@@ -86,11 +86,20 @@ def _scenario_file(name: str, base: Path, source: str, where: str) -> Path:
     return found
 
 
-def _pool_offer(key: str, gpu: str, cards: int, currency: str) -> Offer:
-    """Owned or bought cards as an offer-like entry for the space (one node, GPU defaults, never billed)."""
+def _pool_offer(key: str, gpu: str, cards: int, currency: str, ram_gib: float | None = None) -> Offer:
+    """Owned or bought cards as an offer-like entry for the space (one node, GPU defaults, never billed).
+
+    Its host RAM is ``ram_gib`` (the portfolio's ``host_ram_gib``); unset, the space applies the calibration's
+    default rule per card (hosts.py), as for an offer that does not state its RAM.
+    """
+    host = None if ram_gib is None else Host.model_construct(ram_gib=ram_gib, ram_gib_per_card=None, vcpus=None,
+                                                             local_disk_gb=None, local_disk_kind=None,
+                                                             network_gb_per_s=None, source="portfolio host_ram_gib",
+                                                             as_of=None)  # fmt: skip
     return Offer.model_construct(id=key, provider=key.split("-")[0], gpu=gpu, cards_per_node=cards, max_nodes=1,
                                  inter_node_gb_per_s=None, nvlink=True, hour_increment_s=3600, prices={},
-                                 notes=None, currency=currency)  # fmt: skip
+                                 notes=None, currency=currency, host=host, sold_as="card",
+                                 cards_per_instance=None)  # fmt: skip
 
 
 def _allowed(space: Space, rows: np.ndarray, sc: Any, gpus: list[str] | None) -> np.ndarray:
@@ -134,8 +143,9 @@ def job_space(path: Path, catalog: Catalog, pools: list[tuple[Offer, float]], pf
     job, offers, gpus, ev = enumerate_all(sc, both, arch, source)
     # pins may drop offers: map the kept offers back to rentals (first n_rentals) and pools
     fx = [_rate(catalog, o.currency, pf.currency, label) if o.prices else 1.0 for o in offers]
+    short = ram_short_summary(ev, offers, both.calibration.get("hosts", {}), sc.allow.max_host_memory_gib)
     space = Space(job, sc, offers, gpus, pf.currency, fx, ev, np.zeros(len(ev)), [], len(ev), int(ev.fits.sum()),
-                  accuracy={})  # fmt: skip
+                  accuracy={}, ram_short=short)  # fmt: skip
     rows = _fewer_cards_win(space, _allowed(space, prune(ev), sc, canonical_allow(sc, both, source)))
     space.cand = ev.take(rows)
     c = space.cand
@@ -192,11 +202,11 @@ def build_problem(path: str | Path, grid_s: int = 1) -> tuple[Portfolio, Catalog
     pool_info: list[Pool] = []
     for i, own in enumerate(pf.owned):
         gpu = catalog.gpu_id(own.gpu, source, f"owned[{i}].gpu")
-        pools.append((_pool_offer(f"owned-{i}", gpu, own.cards, pf.currency), own.power_w))
+        pools.append((_pool_offer(f"owned-{i}", gpu, own.cards, pf.currency, own.host_ram_gib), own.power_w))
         pool_info.append(Pool(gpu, True, own.cards, 0.0))
     for i, opt in enumerate(pf.buy):
         gpu = catalog.gpu_id(opt.gpu, source, f"buy[{i}].gpu")
-        pools.append((_pool_offer(f"bought-{i}", gpu, opt.max_cards, pf.currency), opt.power_w))
+        pools.append((_pool_offer(f"bought-{i}", gpu, opt.max_cards, pf.currency, opt.host_ram_gib), opt.power_w))
         share = opt.price * (1.0 - opt.resale_fraction) * pf.horizon_days / (YEAR_DAYS * opt.life_years)
         pool_info.append(Pool(gpu, False, opt.max_cards, share))
     by_file: dict[Path, JobSpace] = {}  # jobs naming the same scenario share its space
@@ -338,6 +348,11 @@ def plan_portfolio(path: str | Path, settings: Settings = DEFAULT_SETTINGS, grid
             if empty
             else "the owned and buyable cards cannot carry the jobs that only they can run inside their windows"
         )
+        occ = next((o for o in problem.occurrences if not o.runs), None)
+        short = spaces[occ.job].space.ram_short if occ is not None else None
+        if short is not None:
+            why += (f" (configurations that fit their cards need more host RAM than their nodes have: "
+                    f"{short[0] / 2**30:,.0f} GiB per node on {short[1]}, whose node has {short[2] / 2**30:,.0f} GiB)")
         return PortfolioResult(pf.name, pf.currency, pf.horizon_days, "infeasible", None,
                                {"total": None, "currency": pf.currency, "rent": None, "capital": None, "power": None},
                                [], [], [], [], be, why)  # fmt: skip

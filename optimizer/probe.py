@@ -5,7 +5,8 @@
 2. The trial runs that configuration on the plan's offer with gradient accumulation 1 and d data-parallel cards:
    d = 1 without ZeRO (nothing per GPU depends on the card count); with ZeRO, the smallest power of two d dividing the
    plan's dp, within one node, for which the memory model says the trial fits (sharded states take 1/d per GPU, so
-   fewer cards need more memory). The trial's per-GPU memory then differs from the plan's, which does not matter:
+   fewer cards need more memory); on an offer sold as whole instances, d is a whole number of instances. The trial's
+   per-GPU memory then differs from the plan's, which does not matter:
    the measurement calibrates the models on the trial's own configuration, and the corrected models predict the plan.
 3. Its cost: the memory and time models' estimate of that configuration for warm-up + N steps, billed by the hour
    on the plan's offer (the estimate includes the model's start-up time and one checkpoint-save allowance).
@@ -127,6 +128,9 @@ def trial_document(base: dict[str, Any], p: Plan, cards: int, tokens_steps: int,
                    "precision": p.precision.value, "optimizer": p.optimizer.value}  # fmt: skip
     if hourly:
         doc["plan"]["term"] = "hour"
+    ram = (base.get("allow") or {}).get("max_host_memory_gib")
+    if ram is not None:  # the user's host RAM figure holds for the trial's node as for the plan's
+        doc["allow"] = {"max_host_memory_gib": ram}
     return doc
 
 
@@ -137,12 +141,16 @@ def _estimate(doc: dict[str, Any], workdir: Path, ov: Overrides) -> Estimate:
 
 
 def choose_trial(base: dict[str, Any], p: Plan, per_node: int, n_steps: int, ov: Overrides,
-                 hourly: bool = True) -> tuple[dict, Estimate]:  # fmt: skip
-    """The smallest trial (see the module docstring, step 2) and its estimate."""
+                 hourly: bool = True, unit: int = 1) -> tuple[dict, Estimate]:  # fmt: skip
+    """The smallest trial (see the module docstring, step 2) and its estimate.
+
+    ``unit``: the offer's instance size when it rents whole instances only (the trial then takes one instance).
+    """
     if p.zero_stage == 0:
-        counts = [1]
+        counts = [unit]
     else:
-        counts = [d for d in (1, 2, 4, 8, 16, 32, 64) if d <= min(p.dp, per_node) and p.dp % d == 0] or [p.dp]
+        counts = [d for d in (1, 2, 4, 8, 16, 32, 64)
+                  if d <= min(p.dp, per_node) and p.dp % d == 0 and d % unit == 0] or [p.dp]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="ftopt-probe-") as tmp:
         for d in counts:
             doc = trial_document(base, p, d, n_steps, hourly)
@@ -198,7 +206,8 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
     sc, catalog, _ = prepare(path, ov)
     base = scenario_document(path)
     offer = next(o for o in catalog.offers if o.id == p.offer)
-    doc, trial = choose_trial(base, p, offer.cards_per_node, steps + warmup, ov, "hour" in offer.prices)
+    doc, trial = choose_trial(base, p, offer.cards_per_node, steps + warmup, ov, "hour" in offer.prices,
+                              offer.unit_cards)  # fmt: skip
     notes = []
     if sc.training.framework is not Framework.hf:
         doc["training"] = {**doc["training"], "framework": "hf",

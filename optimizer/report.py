@@ -101,11 +101,21 @@ def _gib(n: int) -> str:
     return f"{n / GIB:,.1f} GiB"
 
 
+def rented_units(cards: int, gpu: str, offer: Any) -> str:
+    """What is rented: '2 x (8 x H100-SXM) instances' on an instance offer, else '16 x H100-SXM'."""
+    per = getattr(offer, "cards_per_instance", None) if offer is not None else None
+    if getattr(offer, "sold_as", "card") == "instance" and per:
+        n = cards // per
+        return f"{n} x ({per} x {gpu}) instance{'s' if n != 1 else ''}"
+    return f"{cards} x {gpu}"
+
+
 def _plan_line(est: Estimate) -> str:
     p = est.plan
     assert p is not None
     return (
-        f"{p.cards} x {p.gpu} ({p.nodes} node{'s' if p.nodes > 1 else ''}, offer {p.offer}); tp={p.tp} pp={p.pp}"
+        f"{rented_units(p.cards, p.gpu, est.offer)} ({p.nodes} node{'s' if p.nodes > 1 else ''}, offer {p.offer}); "
+        f"tp={p.tp} pp={p.pp}"
         + (f" (interleaved, {p.virtual_pipeline} chunks per stage)" if p.virtual_pipeline > 1 else "")
         + f" dp={p.dp}; ZeRO-{p.zero_stage} offload={p.offload.value}; micro_batch={p.micro_batch} "
         f"grad_accum={p.grad_accum}; {p.precision.value}; {p.optimizer.value}; checkpointing={p.checkpointing.value}"
@@ -146,11 +156,22 @@ def estimate_lines(est: Estimate) -> list[Any]:
         f"Cost: {c.total:,.2f} {c.currency}"
         + (f" (= {c.budget_currency_total:,.2f} {c.budget_currency or 'in budget currency'})"
            if c.budget_currency_total is not None else "")
-        + f"; {billing_basis(p.term)}: {units} per card x {p.cards} card{'s' if p.cards > 1 else ''}",
+        + f"; {billing_basis(p.term)}: {units} per card x {p.cards} card{'s' if p.cards > 1 else ''}"
+        + _instance_bill(est),
         *uncertainty_lines(est),
         *calibration_lines(est),
         *(escape(line) for line in renting_lines(est)),
     ]
+
+
+def _instance_bill(est: Estimate) -> str:
+    """On an instance offer: the bill as the provider states it, instances x price per instance."""
+    o, p = est.offer, est.plan
+    if o is None or p is None or o.sold_as != "instance" or not o.cards_per_instance:
+        return ""
+    per = o.cards_per_instance
+    prices = " + ".join(f"{b.amount * per:,.4g} {o.currency} per instance-{t}" for t, b in o.prices.items())
+    return f" = {p.cards // per} whole instance{'s' if p.cards // per != 1 else ''} of {per} cards at {prices}"
 
 
 def offer_lines(est: Estimate) -> list[str]:

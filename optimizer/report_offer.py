@@ -10,9 +10,10 @@ def renting_lines(est: Estimate) -> list[str]:
     out: list[str] = []
     s, t = est.spot, est.time
     if s is not None and t is not None:
+        assumed = ", ASSUMED: no published rate" if s.assumption else ""
         out.append(f"Capacity: spot at {s.price_per_card_hour:g} {s.currency}/card-hour; expected {t.hours:,.1f} h "
                    f"including {t.interruption_hours:,.2f} h of restarts and lost work (one node interrupted every "
-                   f"{s.mtbi_hours_low:g}-{s.mtbi_hours_high:g} h); checkpoint every "
+                   f"{s.mtbi_hours_low:g}-{s.mtbi_hours_high:g} h{assumed}); checkpoint every "
                    f"{s.checkpoint_interval_hours:,.2f} h of training (Young/Daly); {s.hours_low:,.1f}-"
                    f"{s.hours_high:,.1f} h, {s.cost_low:,.2f}-{s.cost_high:,.2f} {s.currency} over the band")
     if est.requirements:

@@ -509,7 +509,8 @@ class Allow(Strict):
     max_cards: Int | None = Field(None, gt=0, le=100_000, description="most GPUs a plan may rent")
     max_nodes: Int | None = Field(None, gt=0, le=10_000, description="most machines a plan may span")
     max_host_memory_gib: float | None = Field(
-        None, gt=0, le=1e6, allow_inf_nan=False, description="host RAM per node that offloading may use (GiB)"
+        None, gt=0, le=1e6, allow_inf_nan=False,
+        description="host RAM per node that offloading may use (GiB); also the RAM of offers that state none",
     )
     spot: bool = Field(False, description="allow interruptible (spot) capacity where the offer prices it")
 

@@ -128,12 +128,24 @@ class Host(Strict):
 
 
 class Offer(Strict):
-    """A rentable GPU offer (catalogs/offers/*.yaml); prices per card and term unit."""
+    """A rentable GPU offer (catalogs/offers/*.yaml); prices per card and term unit.
+
+    ``sold_as``: ``card`` when the provider rents any number of a node's cards; ``instance`` when it rents only
+    whole machines (instances) of ``cards_per_instance`` GPUs. The price stays per card either way (the instance
+    price / its GPUs); a plan on an instance offer rents whole instances, so cards x price per card is the
+    instances' bill.
+    """
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     provider: str
     gpu: str
     cards_per_node: Int = Field(ge=1, le=1024)
+    sold_as: Literal["card", "instance"] = Field(
+        "card", description="card: any number of a node's cards; instance: only whole instances (machines)"
+    )
+    cards_per_instance: Int | None = Field(
+        None, ge=1, le=1024, description="GPUs in one instance (instance offers; = cards_per_node); None for card"
+    )
     max_nodes: Int = Field(1, ge=1, le=10_000)
     inter_node_gb_per_s: Float | None = Field(None, gt=0, allow_inf_nan=False)
     nvlink: bool = True
@@ -156,6 +168,23 @@ class Offer(Strict):
         if 3600 % self.hour_increment_s:
             raise ValueError("hour_increment_s must divide 3600")
         return self
+
+    @model_validator(mode="after")
+    def _instance_size(self) -> Offer:
+        if self.sold_as == "card" and self.cards_per_instance is not None:
+            raise ValueError("cards_per_instance is for sold_as: instance; remove it or set sold_as: instance")
+        if self.sold_as == "instance":
+            if self.cards_per_instance is None:
+                object.__setattr__(self, "cards_per_instance", self.cards_per_node)
+            elif self.cards_per_instance != self.cards_per_node:
+                raise ValueError(f"cards_per_instance ({self.cards_per_instance}) must equal cards_per_node "
+                                 f"({self.cards_per_node}): an instance is one machine")  # fmt: skip
+        return self
+
+    @property
+    def unit_cards(self) -> int:
+        """Cards rented together: the instance's GPUs on an instance offer, else 1."""
+        return (self.cards_per_instance or self.cards_per_node) if self.sold_as == "instance" else 1
 
 
 class OfferFile(Strict):

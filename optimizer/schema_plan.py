@@ -161,7 +161,10 @@ class OfferReport(Strict):
     currency: str
     prices: dict[str, PriceBasis]  # billed term -> price (per-second/minute billing: the hour price)
     notes: str | None = None
-    host_ram_bytes: int | None = None  # per node, for the plan's cards in the node
+    sold_as: str = "card"  # card: any number of a node's cards; instance: whole instances only
+    cards_per_instance: int | None = None  # GPUs per instance on an instance offer; null for card offers
+    host_ram_bytes: int | None = None  # per node, for the plan's cards in the node (stated, else the default rule's)
+    host_ram_rule: str | None = None  # the default rule and its source when the offer does not state its RAM
     vcpus: int | None = None  # per node
     local_disk_bytes: int | None = None  # per node
     usable_bytes_per_card: int | None = None  # the offer's or the GPU's usable figure; null: only the nominal size
@@ -176,6 +179,7 @@ class SpotReport(Strict):
     currency: str
     mtbi_hours_low: float
     mtbi_hours_high: float
+    assumption: str | None = None  # the prior and its source when the offer publishes no interruption rate
     checkpoint_interval_hours: float
     hours_low: float  # at the band's optimistic end (mtbi_hours_high)
     hours_high: float  # at the pessimistic end (mtbi_hours_low); the deadline is checked here

@@ -53,6 +53,9 @@ class Owned(Strict):
     gpu: str = Field(min_length=1, description="a GPU id or alias of catalogs/gpus.yaml")
     cards: Int = Field(ge=1, le=1024)
     power_w: PositiveFloat = Field(le=10_000, description="power per card while a job runs, watts")
+    host_ram_gib: PositiveFloat | None = Field(
+        None, le=1e6, description="RAM of the machine, GiB; unset: calibration hosts.host_ram_default per card"
+    )
 
 
 class BuyOption(Strict):
@@ -64,6 +67,9 @@ class BuyOption(Strict):
     resale_fraction: Float = Field(ge=0, lt=1, allow_inf_nan=False, description="resale value / price at end of life")
     power_w: PositiveFloat = Field(le=10_000, description="power per card while a job runs, watts")
     max_cards: Int = Field(ge=1, le=1024)
+    host_ram_gib: PositiveFloat | None = Field(
+        None, le=1e6, description="RAM of the machine, GiB; unset: calibration hosts.host_ram_default per card"
+    )
 
 
 class Portfolio(Strict):

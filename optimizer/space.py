@@ -75,10 +75,13 @@ class Evaluated:
     time: dict[str, np.ndarray]
     fits: np.ndarray
     capacity: np.ndarray | None = None  # 0 on demand, 1 spot (hosts.CAPACITY); None = all on demand
+    ram_short: np.ndarray | None = None  # fits the card but needs more host RAM than the node has; None = none
 
     def __post_init__(self) -> None:
         if self.capacity is None:
             self.capacity = np.zeros(len(self.offer_idx), dtype=np.int64)
+        if self.ram_short is None:
+            self.ram_short = np.zeros(len(self.offer_idx), dtype=bool)
 
     def take(self, index: np.ndarray) -> Evaluated:
         """The rows selected by a boolean mask or index array."""
@@ -92,6 +95,7 @@ class Evaluated:
             time={k: v[index] for k, v in self.time.items()},
             fits=self.fits[index],
             capacity=self.capacity[index],
+            ram_short=self.ram_short[index],
         )
 
     def __len__(self) -> int:
@@ -117,6 +121,9 @@ class Space:
     accuracy: dict[str, Any] = field(default_factory=dict)  # calibration.yaml accuracy (models/uncertainty.py)
     overlay: Any = None  # the user's calibration overlay (optimizer/overlay.py LoadedOverlay), when one applies
     hosts_cal: dict[str, Any] = field(default_factory=dict)  # calibration.yaml hosts (hosts.py, checklist.py)
+    # of the configurations that fit the card but not the node's host RAM, the closest to fitting: its need (bytes
+    # per node), offer id and the RAM its node has (explain.py names them when nothing else fits)
+    ram_short: tuple[int, str, int] | None = None
 
 
 # ------------------------------------------------------------------------------------------------ job and offers
@@ -179,7 +186,12 @@ def pinned_offers(scenario: Scenario, catalog: Catalog, source: str) -> list[Off
 # ------------------------------------------------------------------------------------------------ layouts
 
 
-def _card_counts(offer: Offer, max_cards: int | None) -> list[int]:
+def card_counts(offer: Offer, max_cards: int | None) -> list[int]:
+    """Card counts tried: powers of two within a node, its full size, whole nodes in powers of two and the maximum.
+
+    An instance offer (``sold_as: instance``) rents whole instances only, so only multiples of its
+    ``cards_per_instance`` are kept (an instance is one node).
+    """
     per_node = offer.cards_per_node
     counts = {c for c in (1, 2, 4, 8, 16, 32, 64) if c <= per_node} | {per_node}
     nodes = 2
@@ -187,7 +199,7 @@ def _card_counts(offer: Offer, max_cards: int | None) -> list[int]:
         counts.add(per_node * nodes)
         nodes *= 2
     counts.add(per_node * offer.max_nodes)
-    return sorted(c for c in counts if max_cards is None or c <= max_cards)
+    return sorted(c for c in counts if (max_cards is None or c <= max_cards) and c % offer.unit_cards == 0)
 
 
 def tp_limit(offer: Offer, gpu: Gpu) -> int:
@@ -205,12 +217,14 @@ def layouts(
     arch = job.arch
     out: list[Layout] = []
     for i, (offer, gpu) in enumerate(zip(offers, gpus, strict=True)):
-        counts = [pins.cards] if pins.cards is not None else _card_counts(offer, None)
+        counts = [pins.cards] if pins.cards is not None else card_counts(offer, None)
         limit = tp_limit(offer, gpu)  # tensor parallelism stays inside one NVLink domain, pinned or not
         tps = [t for t in ([pins.tp] if pins.tp is not None else TP_CHOICES) if t <= limit]
         tps = [t for t in tps if cap is None or cap.allows_tp(t)]  # only degrees the engine runs
         pp = pins.pp or 1
         for cards in counts:
+            if cards % offer.unit_cards:  # a pinned count that is not whole instances
+                continue
             nodes = -(-cards // offer.cards_per_node)
             if nodes > offer.max_nodes or (pins.nodes is not None and pins.nodes != nodes):
                 continue
@@ -394,11 +408,31 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     host_gib = scenario.allow.max_host_memory_gib
     if host_gib is not None:  # offloaded states must also fit in the node's RAM
         fits &= mem["cpu_offload"] <= host_gib * 2**30
-    if cal.get("hosts"):  # offloaded states and the ranks' processes must fit in the node's stated RAM
+    short = np.zeros(len(fits), dtype=bool)
+    if cal.get("hosts"):  # offloaded states and the ranks' processes must fit in the node's RAM (hosts.py rule)
         ranks = hosts.ranks_per_node(cards, offers, offer_idx)
         need = hosts.host_ram_need(mem["cpu_offload"], ranks, cal["hosts"])
-        fits &= hosts.ram_fits(need, hosts.host_ram_bytes(offers, offer_idx, ranks))
-    return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits)
+        ram_ok = hosts.ram_fits(need, hosts.host_ram_bytes(offers, offer_idx, ranks, cal["hosts"], host_gib))
+        short = fits & ~ram_ok
+        fits &= ram_ok
+    return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits, ram_short=short)
+
+
+def ram_short_summary(ev: Evaluated, offers: list[Offer], hosts_cal: Mapping[str, Any],
+                      override_gib: float | None) -> tuple[int, str, int] | None:  # fmt: skip
+    """(host RAM need, offer id, node RAM) per node of the configuration closest to fitting its node.
+
+    Among the configurations that fit their cards but not their node's host RAM, the one with the smallest need -
+    RAM; None when there is none.
+    """
+    rows = np.flatnonzero(ev.ram_short)
+    if not rows.size or not hosts_cal:
+        return None
+    ranks = hosts.ranks_per_node(ev.cards[rows], offers, ev.offer_idx[rows])
+    need = hosts.host_ram_need(ev.mem["cpu_offload"][rows], ranks, hosts_cal)
+    have = hosts.host_ram_bytes(offers, ev.offer_idx[rows], ranks, hosts_cal, override_gib)
+    k = int(np.lexsort((rows, need, need - have))[0])
+    return int(need[k]), offers[int(ev.offer_idx[rows[k]])].id, int(have[k])
 
 
 def engine_capabilities(scenario: Scenario, catalog: Catalog, arch: Any, source: str) -> Capabilities:
@@ -531,4 +565,6 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
         bills_out = [b for b, f in zip(bills_out, finite, strict=True) if f]
     return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, len(ev), int(ev.fits.sum()), need,
                  catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"),
-                 catalog.calibration.get("hosts", {}))
+                 catalog.calibration.get("hosts", {}),
+                 ram_short_summary(ev, offers, catalog.calibration.get("hosts", {}),
+                                   scenario.allow.max_host_memory_gib))  # fmt: skip

@@ -115,10 +115,9 @@ def recompute(scenario: Scenario, catalog: Catalog, arch: ModelArch, plan: Plan,
     one, nodes = column(0), column(plan.nodes)
     with np.errstate(divide="ignore", invalid="ignore"):  # wall clock with the offer's overheads (hosts.py)
         arrays = hosts.wall_clock(job, cfg, hw, [offer], one, nodes, cal)
-        if plan.capacity == "spot" and hosts.spot_ready(offer) and cal.get("hosts"):
-            band = offer.spot.interruptions  # type: ignore[union-attr]
-            arrays = hosts.spot_time(arrays, nodes, column(band.mtbi_hours_low, float),  # type: ignore[union-attr]
-                                     column(band.mtbi_hours_high, float),  # type: ignore[union-attr]
+        band = hosts.spot_band(offer, cal.get("hosts")) if plan.capacity == "spot" and cal.get("hosts") else None
+        if band is not None:  # the offer's interruption band, else the calibration's prior
+            arrays = hosts.spot_time(arrays, nodes, column(band[0], float), column(band[1], float),
                                      hosts.disk_write_bytes_per_s([offer], one, cal["hosts"]))  # fmt: skip
     t = {k: float(v[0]) for k, v in arrays.items()}
     hours = t["hours"]
@@ -234,6 +233,9 @@ def _layout_rules(sc: Scenario, arch: ModelArch, p: Plan, gpu: Gpu, offer: Offer
     if p.micro_batch * p.grad_accum * p.dp != sc.global_batch:
         out.append(f"micro_batch x grad_accum x dp = {p.micro_batch * p.grad_accum * p.dp} "
                    f"!= global_batch {sc.global_batch}")  # fmt: skip
+    if offer.sold_as == "instance" and p.cards % offer.unit_cards:
+        out.append(f"cards={p.cards} is not a whole number of {offer.id}'s {offer.unit_cards}-card instances "
+                   "(it rents whole instances only)")  # fmt: skip
     nodes = -(-p.cards // offer.cards_per_node)
     if p.nodes != nodes:
         out.append(f"nodes={p.nodes} but {p.cards} cards on {offer.cards_per_node}-card nodes need {nodes}")
@@ -317,7 +319,38 @@ def _bill_rules(est: Estimate, sc: Scenario, catalog: Catalog, offer: Offer, r: 
     return out
 
 
-def _model_rules(est: Estimate, sc: Scenario, r: Recomputed) -> list[str]:
+def _host_ram_rule(sc: Scenario, r: Recomputed, offer: Offer | None, hosts_cal: dict | None, p: Plan | None) -> str:
+    """The node's host RAM against the plan's need, re-derived per node (empty when it fits or cannot be checked).
+
+    need = offloaded states + host_ram_per_rank_gib x ranks in a node (ranks = min(cards, cards_per_node));
+    RAM = the offer's ram_gib, or ram_gib_per_card x ranks; unstated: allow.max_host_memory_gib + the ranks' RAM,
+    else the calibration's default GiB per card x ranks.
+    """
+    if offer is None or p is None or not hosts_cal:
+        return ""
+    ranks = min(p.cards, offer.cards_per_node)
+    per_rank = Fraction(str(hosts_cal["host_ram_per_rank_gib"])) * 2**30
+    need = r.memory["cpu_offload"] + per_rank * ranks
+    host, where = offer.host, "the offer's"
+    if host is not None and host.ram_gib is not None:
+        have = Fraction(str(host.ram_gib)) * 2**30
+    elif host is not None and host.ram_gib_per_card is not None:
+        have = Fraction(str(host.ram_gib_per_card)) * 2**30 * ranks
+    elif sc.allow.max_host_memory_gib is not None:
+        have, where = Fraction(str(sc.allow.max_host_memory_gib)) * 2**30 + per_rank * ranks, "the scenario's"
+    else:
+        rule = hosts.default_ram_rule(offer, hosts_cal)
+        if rule is None:
+            return ""
+        have, where = Fraction(str(rule[0])) * 2**30 * ranks, "the default rule's"
+    if need <= have:
+        return ""
+    return (f"host RAM: needs {float(need) / 2**30:,.1f} GiB per node, more than {where} "
+            f"{float(have) / 2**30:,.1f} GiB on {offer.id}")  # fmt: skip
+
+
+def _model_rules(est: Estimate, sc: Scenario, r: Recomputed, offer: Offer | None = None,
+                 cal: dict | None = None) -> list[str]:  # fmt: skip
     m, t = est.memory, est.time
     assert m is not None and t is not None
     out = [f"memory.{k} = {getattr(m, k)} but recomputed {r.memory[k]}" for k in MEMORY_KEYS
@@ -332,6 +365,10 @@ def _model_rules(est: Estimate, sc: Scenario, r: Recomputed) -> list[str]:
         fits = False
         need_gib = r.memory["cpu_offload"] / 2**30
         out.append(f"host RAM {need_gib:,.0f} GiB exceeds allow.max_host_memory_gib {host_gib:g}")
+    host = _host_ram_rule(sc, r, offer, cal, est.plan)
+    if host:
+        fits = False
+        out.append(host)
     if m.fits != fits:
         out.append(f"memory.fits = {m.fits} but recomputed {fits}")
     if not fits:
@@ -386,7 +423,7 @@ def check_plan(scenario: Scenario, catalog: Catalog, estimate: Estimate, arch: M
     ]
     out = [msg for rule in rules for msg in rule()]
     r = recompute(scenario, catalog, arch, p, gpu, offer)
-    out += _model_rules(estimate, scenario, r)
+    out += _model_rules(estimate, scenario, r, offer, catalog.calibration.get("hosts"))
     billed = hosts.spot_offer(offer) if p.capacity == "spot" and offer.spot is not None else offer
     return out + _bill_rules(estimate, scenario, catalog, billed, r) if math.isfinite(r.time["hours"]) else out
 

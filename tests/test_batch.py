@@ -17,7 +17,7 @@ from optimizer.batch import ROW_FIELDS, expand, read_rows, run_batch, solve_row
 from optimizer.errors import InputError
 from optimizer.planner import solve_scenario
 
-from .conftest import REPO
+from .conftest import REPO, seventy_b
 
 SCENARIOS = REPO / "scenarios"
 
@@ -26,7 +26,7 @@ SCENARIOS = REPO / "scenarios"
 def folder(tmp_path: Path, write_scenario) -> Path:
     """Four good scenarios (two shipped, two variants of the base one) and two broken files."""
     shutil.copy(SCENARIOS / "7b-qlora.yaml", tmp_path / "a-7b-qlora.yaml")
-    shutil.copy(SCENARIOS / "70b.yaml", tmp_path / "b-70b.yaml")
+    shutil.copy(seventy_b(), tmp_path / "b-70b.yaml")
     write_scenario("c-base.yaml")
     write_scenario("d-tight.yaml", budget={"amount": 0.5, "currency": "USD"})
     write_scenario("e-unknown-model.yaml", model="Llama-9-1T")
@@ -56,8 +56,8 @@ def test_expand_rejects_an_input_that_names_no_scenario(tmp_path: Path):
 
 
 def test_row_has_every_field_and_matches_solve():
-    row = solve_row(str(SCENARIOS / "70b.yaml"))
-    best = solve_scenario(SCENARIOS / "70b.yaml").best
+    row = solve_row(str(seventy_b()))
+    best = solve_scenario(seventy_b()).best
     assert tuple(row) == ROW_FIELDS
     assert (row["status"], row["gpu"], row["cards"], row["tp"], row["zero_stage"], row["micro_batch"]) == (
         best.status.value,

@@ -34,7 +34,10 @@ def _loop_layouts(scenario, arch, offers, gpus):
             nodes *= 2
         domain = min(gpu.nvlink_domain, per_node) if offer.nvlink and gpu.nvlink_gb_per_s > 0 else 1
         pp = pins.pp or 1
+        whole = offer.cards_per_instance if offer.sold_as == "instance" else 1  # instance offers: whole machines
         for cards in [pins.cards] if pins.cards is not None else sorted(counts):
+            if cards % whole:
+                continue
             n_nodes = -(-cards // per_node)
             if n_nodes > offer.max_nodes or (pins.nodes is not None and pins.nodes != n_nodes):
                 continue

@@ -62,6 +62,7 @@ def test_imported_rows_validate_and_price_per_card(aws_csv, tmp_path):
     offers = _offers(out)
     l40s = offers["aws-g6e.12xlarge-us-west-2"]
     assert l40s["gpu"] == "L40S" and l40s["cards_per_node"] == 4
+    assert (l40s["sold_as"], l40s["cards_per_instance"]) == ("instance", 4)  # SkyPilot launches the whole VM
     assert l40s["prices"]["hour"]["amount"] == pytest.approx(10.4926 / 4, abs=1e-6)
     assert l40s["host"]["ram_gib"] == 384.0 and l40s["host"]["vcpus"] == 48
     assert l40s["usable_memory_mib"] == 45776  # the API figure, below the nominal 48 GiB

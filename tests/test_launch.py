@@ -13,7 +13,7 @@ from optimizer.schema import Scenario
 from optimizer.schema_plan import Plan
 from optimizer.space import enumerate_all
 
-from .conftest import REPO, scenario_doc
+from .conftest import REPO, scenario_doc, seventy_b
 
 
 def _plan(**changes) -> Plan:
@@ -91,13 +91,13 @@ def test_multi_node_launch_names_the_rendezvous():
 
 def test_hf_plans_use_only_checkpointing_levels_hf_offers():
     # HF transformers recomputes whole layers only (catalogs/calibration.yaml frameworks.checkpointing)
-    result = solve_scenario(REPO / "scenarios" / "70b.yaml", top_k=3)
+    result = solve_scenario(seventy_b(), top_k=3)
     assert all(e.plan.checkpointing.value in ("none", "full") for e in result.top + result.alternatives)
 
 
 def test_solve_writes_launch_files(run_cli, tmp_path):
     out = tmp_path / "launch"
-    done = run_cli("solve", REPO / "scenarios" / "70b.yaml", "--launch-dir", out)
+    done = run_cli("solve", seventy_b(), "--launch-dir", out)
     assert done.exit_code == 0, done.stderr
     ds = json.loads((out / "ds_config.json").read_text())
     assert ds["zero_optimization"]["stage"] in (1, 2, 3)

@@ -59,24 +59,55 @@ def test_70b_offload_plan_never_exceeds_the_offers_host_ram(tmp_path):
     assert not any(r.startswith("host RAM") for r in best.requirements)
 
 
-def test_unknown_host_ram_becomes_a_requirement_line(tmp_path):
+def test_unknown_host_ram_is_the_default_rule_not_unlimited(tmp_path):
+    # no RAM stated: the calibration's fallback (32 GiB per card, 256 GiB for 8 cards) binds, so the 70B ZeRO-3
+    # optimizer offload (~1.6 TB per node) has no plan on 8 cards, and the explanation names the host RAM
     path = write(tmp_path, _seventy_b(write_offers(tmp_path, [offer("unknown-ram-a100", "A100-80G", 1.0)])))
-    best = solve_scenario(path).best
-    assert best.offer is not None and best.offer.host_ram_bytes is None and best.memory is not None
+    result = solve_scenario(path)
+    assert result.best.plan is None and result.relaxation is not None
+    msg = result.relaxation.message
+    assert "host RAM" in msg and "on unknown-ram-a100, whose node has 256 GiB" in msg
+    assert "allow.max_host_memory_gib" in msg  # the user's way to state the RAM their nodes have
+
+
+def test_scenario_host_ram_replaces_the_default_and_stays_a_requirement(tmp_path):
+    doc = _seventy_b(write_offers(tmp_path, [offer("unknown-ram-a100", "A100-80G", 1.0)]))
+    doc["allow"]["max_host_memory_gib"] = 2000
+    best = solve_scenario(write(tmp_path, doc)).best
+    assert best.plan is not None and best.offer is not None and best.memory is not None
+    ranks = best.plan.cards // best.plan.nodes  # training processes per node
+    assert best.offer.host_ram_bytes == (2000 + 4 * ranks) * 2**30  # the figure + host_ram_per_rank_gib x ranks
+    assert "allow.max_host_memory_gib 2000" in (best.offer.host_ram_rule or "")
     lines = [r for r in best.requirements if r.startswith("host RAM")]
     assert len(lines) == 1 and "unknown-ram-a100" in lines[0]
-    ranks = best.plan.cards // best.plan.nodes  # training processes per node
     need_gib = (best.memory.cpu_offload + ranks * 4 * 2**30) / 2**30  # offload + ranks x host_ram_per_rank_gib
     assert f"{need_gib:,.0f} GiB" in lines[0]
 
 
-def test_shipped_70b_plan_offload_fits_its_offer_or_says_it_must_be_confirmed():
-    best = solve_scenario(REPO / "scenarios" / "70b.yaml").best
-    assert best.offer is not None and best.memory is not None
-    if best.offer.host_ram_bytes is None:
-        assert any(r.startswith("host RAM") for r in best.requirements)
-    else:
-        assert best.memory.cpu_offload <= best.offer.host_ram_bytes
+def test_autodl_default_is_its_documented_ram_per_gpu(catalog):
+    # catalogs/calibration.yaml: AutoDL allocates RAM per GPU (e.g. 32 GB = 29.8 GiB); a 4-card node has 4 x that
+    seed = next(o for o in catalog.offers if o.id == "seed002-a100-80g")
+    assert not hosts.ram_stated(seed)
+    ram = hosts.host_ram_bytes([seed], np.array([0]), np.array([4]), catalog.calibration["hosts"])
+    assert ram.tolist() == [pytest.approx(4 * 29.8 * 2**30)]
+    other = next(o for o in catalog.offers if o.id == "gpuindex-a800-80g")  # no provider rule: the fallback
+    assert hosts.host_ram_bytes([other], np.array([0]), np.array([8]), catalog.calibration["hosts"]).tolist() == [
+        8 * 32 * 2**30]
+
+
+def test_shipped_70b_has_no_plan_over_its_nodes_host_ram(tmp_path):
+    # before the default rule, this chose 4 x A100-80G on seed002 (AutoDL) asking for 1,593 GiB of RAM per node;
+    # AutoDL's docs give ~32 GB per GPU (29.8 GiB x 4 = 119 GiB), and no cn offer states more
+    result = solve_scenario(REPO / "scenarios" / "70b.yaml")
+    assert result.best.plan is None and result.relaxation is not None
+    assert "need more host RAM than their nodes have" in result.relaxation.message
+    old = {"gpu": "A100-80G", "offer": "seed002-a100-80g", "cards": 4, "zero_stage": 3, "offload": "optimizer",
+           "micro_batch": 2, "checkpointing": "full"}  # fmt: skip
+    est = estimate_scenario(REPO / "scenarios" / "70b.yaml", old)
+    assert est.memory is not None and not est.memory.fits
+    assert est.memory.total <= est.memory.capacity  # it fits the cards: host RAM is what rules it out
+    assert est.offer is not None and est.offer.host_ram_bytes == pytest.approx(4 * 29.8 * 2**30, abs=1)
+    assert "default 29.8 GiB per card (autodl.com/docs/env" in (est.offer.host_ram_rule or "")
 
 
 def test_validator_rejects_a_plan_over_the_stated_host_ram(tmp_path, catalog):
@@ -222,3 +253,29 @@ def test_checklist_expects_what_the_plan_was_computed_with(tmp_path):
     assert by["memory used in the first steps"].expected == round(est.memory.total / 2**20)  # type: ignore[union-attr]
     assert by["step time"].expected == pytest.approx(est.time.step_seconds, abs=1e-3)  # type: ignore[union-attr]
     assert "all_reduce_perf" in by["all-reduce bus bandwidth over 4 GPUs"].command
+
+
+# ------------------------------------------------------------------------------------------------ owned machines
+
+
+def _owned_runs(tmp_path: Path, **owned: Any) -> list:
+    from optimizer.portfolio_plan import build_problem
+
+    # full fine-tuning of an 8B model on one owned 24 GB card needs its states offloaded: ~120 GiB of host RAM
+    offers = write_offers(tmp_path, [offer("rent-a100", "A100-80G", 50.0, host={"ram_gib": 2048, **SRC})])
+    job = write(tmp_path, scenario_doc(catalog=str(offers), method="full", lora=None), "job.yaml")
+    pf = tmp_path / "pf.yaml"
+    pf.write_text(yaml.safe_dump({"currency": "USD", "horizon_days": 30, "catalog": str(offers),
+                                  "electricity_per_kwh": 0.1,
+                                  "owned": [{"gpu": "RTX-4090", "cards": 1, "power_w": 450, **owned}],
+                                  "jobs": [{"name": "j", "scenario": str(job), "release_day": 0, "due_day": 29}]}))
+    _, _, problem, spaces, _ = build_problem(pf)
+    return [(r, spaces[0].space.cand.mem["cpu_offload"][r.plan]) for r in problem.occurrences[0].runs
+            if r.kind == "pool"]
+
+
+def test_an_owned_machine_without_stated_ram_gets_the_default_rule(tmp_path):
+    # the owned 4090 box states no RAM: 32 GiB per card (hosts.host_ram_default fallback) cannot hold the offload
+    assert _owned_runs(tmp_path) == []
+    runs = _owned_runs(tmp_path, host_ram_gib=256)  # stated: the owned card runs it, offloading
+    assert runs and all(off > 32 * 2**30 for _, off in runs)

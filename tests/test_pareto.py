@@ -22,7 +22,7 @@ from optimizer.solver import Limits, cents, seconds, solve
 from optimizer.space import Space, build
 from optimizer.validator import ceil_cents, ceil_seconds, exact
 
-from .conftest import REPO, scenario_doc
+from .conftest import REPO, scenario_doc, seventy_b
 
 SMALL_MODELS = ["Llama-3.2-3B", "Llama-3.1-8B", "Qwen2.5-14B"]
 GPU_CHOICES = ["RTX-4090", "L40S", "A100-80G", "H100-SXM", "H800", "RTX-A6000", "L20", "H20"]
@@ -195,7 +195,7 @@ def test_relevant_subset_keeps_the_lexicographic_optimum(lora_space):
 
 
 def test_pareto_scenario_chosen_plan_equals_solve():
-    path = REPO / "scenarios" / "70b.yaml"
+    path = seventy_b()
     result = pareto_scenario(path)
     assert result.chosen is not None
     assert result.estimates[result.chosen].plan == solve_scenario(path).best.plan
@@ -219,7 +219,7 @@ def test_pareto_of_an_infeasible_scenario_carries_the_explanation(write_scenario
 
 
 def test_pareto_json_lists_points_with_plan_cost_and_hours(run_cli):
-    res = run_cli("pareto", REPO / "scenarios" / "70b.yaml", "--json")
+    res = run_cli("pareto", seventy_b(), "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["status"] == "optimal" and doc["currency"] == "CNY"
@@ -229,7 +229,7 @@ def test_pareto_json_lists_points_with_plan_cost_and_hours(run_cli):
 
 def test_pareto_csv_has_a_header_and_one_row_per_point(run_cli, tmp_path: Path):
     out = tmp_path / "front.csv"
-    res = run_cli("pareto", REPO / "scenarios" / "70b.yaml", "--csv", out, "--json")
+    res = run_cli("pareto", seventy_b(), "--csv", out, "--json")
     lines = out.read_text().splitlines()
     assert lines[0].startswith("point,chosen,status,gpu")
     assert len(lines) - 1 == len(json.loads(res.stdout)["points"])
@@ -238,28 +238,28 @@ def test_pareto_csv_has_a_header_and_one_row_per_point(run_cli, tmp_path: Path):
 @pytest.mark.parametrize("suffix,magic", [("png", b"\x89PNG"), ("svg", b"<?xml")])
 def test_pareto_plot_writes_the_image(run_cli, tmp_path: Path, suffix: str, magic: bytes):
     out = tmp_path / f"front.{suffix}"
-    res = run_cli("pareto", REPO / "scenarios" / "70b.yaml", "--plot", out)
+    res = run_cli("pareto", seventy_b(), "--plot", out)
     assert res.exit_code == 0, res.output
     assert out.read_bytes().startswith(magic)
 
 
 def test_pareto_plot_draws_each_points_uncertainty_band(run_cli, tmp_path: Path):
     out = tmp_path / "front.svg"
-    assert run_cli("pareto", REPO / "scenarios" / "70b.yaml", "--plot", out).exit_code == 0
+    assert run_cli("pareto", seventy_b(), "--plot", out).exit_code == 0
     svg = out.read_text()
     assert svg.count('id="uncertainty') == 2  # the hours bars and the cost bars
     assert "10th-90th percentile of held-out errors" in svg
 
 
 def test_pareto_plot_with_unknown_format_is_a_one_line_error(run_cli, tmp_path: Path):
-    res = run_cli("pareto", REPO / "scenarios" / "70b.yaml", "--plot", tmp_path / "front.gif")
+    res = run_cli("pareto", seventy_b(), "--plot", tmp_path / "front.gif")
     assert res.exit_code == 2
     assert res.stderr.count("\n") == 1 and "use a .png or .svg file" in res.stderr
     assert not (tmp_path / "front.gif").exists()
 
 
 def test_pareto_table_marks_the_chosen_plan(run_cli):
-    res = run_cli("pareto", REPO / "scenarios" / "70b.yaml")
+    res = run_cli("pareto", seventy_b())
     assert res.exit_code == 0
     assert "non-dominated plans" in res.stdout and "proven optimal" in res.stdout
     assert len(re.findall(r"^ \* ", res.stdout, re.M)) == 1  # one row starts with the chosen marker

@@ -14,10 +14,10 @@ from optimizer.planner import estimate_scenario, solve_scenario
 from optimizer.probe import probe_scenario
 from optimizer.schema import Scenario
 from optimizer.yamlio import validate
-from tests.conftest import REPO
+from tests.conftest import REPO, seventy_b
 
 SEVEN_B = REPO / "scenarios" / "7b-lora.yaml"
-SEVENTY_B = REPO / "scenarios" / "70b.yaml"
+SEVENTY_B = seventy_b()
 
 
 @pytest.fixture(scope="module")

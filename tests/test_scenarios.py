@@ -11,7 +11,7 @@ import yaml
 from optimizer.planner import estimate_scenario, solve_scenario
 from optimizer.schema import Status
 
-from .conftest import REPO
+from .conftest import REPO, seventy_b
 
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
 
@@ -61,7 +61,7 @@ def test_7b_full_finetune_does_not_fit_one_24gb_card_without_offload(write_scena
 
 
 def test_70b_full_finetune_needs_several_80gb_cards():
-    result = solve_scenario(REPO / "scenarios" / "70b.yaml")
+    result = solve_scenario(seventy_b())
     plan = result.best.plan
     assert plan is not None and plan.cards > 1
     assert result.best.memory.capacity >= 80 * 2**30
@@ -75,8 +75,8 @@ def test_70b_full_finetune_on_one_80gb_card_does_not_fit_without_offload(write_s
 
 
 def test_host_memory_limit_rules_out_plans_that_offload_more(write_scenario):
-    doc = yaml.safe_load((REPO / "scenarios" / "70b.yaml").read_text(encoding="utf-8"))
-    unlimited = solve_scenario(REPO / "scenarios" / "70b.yaml").best
+    doc = yaml.safe_load(seventy_b().read_text(encoding="utf-8"))  # nodes with 2 TiB stated
+    unlimited = solve_scenario(seventy_b()).best
     need_gib = unlimited.memory.cpu_offload / 2**30
     assert need_gib > 64  # the cheapest plan offloads optimizer states to the host
 

@@ -113,11 +113,35 @@ def test_spot_is_off_unless_the_scenario_allows_it(tmp_path):
     assert best.plan is not None and best.plan.capacity == "on_demand" and best.spot is None
 
 
-def test_offer_with_a_spot_price_but_no_interruption_band_is_not_planned_on_spot(tmp_path):
+def test_spot_without_a_published_band_uses_the_labelled_prior(tmp_path, catalog):
+    # interruptions: null (as imported catalogs carry): with allow.spot and no deadline the cheap spot price is
+    # taken with the calibration's fallback prior (provider TestCloud matches no entry), and the plan says so
     o = offer("no-band-a100", "A100-80G", 2.0, spot={"price": {"amount": 0.1, **SRC}, "interruptions": None})
     best = solve_scenario(_scenario(tmp_path, o)).best
-    assert best.plan is not None and best.plan.capacity == "on_demand"
-    assert any("no interruption rate" in r for r in best.requirements)
+    assert best.plan is not None and best.plan.capacity == "spot" and best.spot is not None
+    prior = catalog.calibration["hosts"]["spot_prior"]["fallback"]
+    assert (best.spot.mtbi_hours_low, best.spot.mtbi_hours_high) == (prior["mtbi_hours_low"], prior["mtbi_hours_high"])
+    assert best.spot.assumption is not None and "ASSUMPTION" in best.spot.assumption
+    assert any("publishes no interruption rate; the plan ASSUMES" in r for r in best.requirements)
+
+
+def test_a_published_band_wins_over_the_prior(tmp_path):
+    best = solve_scenario(_scenario(tmp_path, _spot_offer(0.6, (10.0, 40.0)))).best
+    assert best.spot is not None and best.spot.assumption is None
+    assert (best.spot.mtbi_hours_low, best.spot.mtbi_hours_high) == (10.0, 40.0)
+
+
+def test_imported_aws_spot_with_null_interruptions_is_chosen_and_labelled(tmp_path):
+    # the shipped aws.yaml (SkyPilot import): every spot price has interruptions null; a 1-card job with no deadline
+    # and allow.spot takes the spot price under the AWS prior (Spot Instance Advisor bands)
+    doc = scenario_doc(catalog="aws", allow={"spot": True, "gpus": ["L40S"]})
+    doc.pop("deadline_hours", None)
+    best = solve_scenario(write(tmp_path, doc)).best
+    assert best.plan is not None and best.plan.capacity == "spot" and best.spot is not None
+    assert best.spot.assumption is not None and "Spot Instance Advisor" in best.spot.assumption
+    assert (best.spot.mtbi_hours_low, best.spot.mtbi_hours_high) == (24.0, 3271.0)
+    sc, catalog, _ = prepare(tmp_path / "scenario.yaml")
+    assert check_plan(sc, catalog, best) == []
 
 
 def test_interruption_band_must_be_ordered(tmp_path, run_cli):

@@ -51,13 +51,13 @@ def test_written_files_follow_the_umask(tmp_path: Path):
 
 
 def test_the_plan_says_where_to_rent_and_on_what_price_basis(run_cli):
-    from .conftest import REPO
+    from .conftest import seventy_b
 
-    doc = json.loads(run_cli("solve", REPO / "scenarios/70b.yaml", "--json").stdout)
+    doc = json.loads(run_cli("solve", seventy_b(), "--json").stdout)
     offer = doc["offer"]
     assert offer["id"] == doc["plan"]["offer"] and offer["provider"]
     assert all(p["source"] and p["as_of"] for p in offer["prices"].values())
-    text = " ".join(run_cli("solve", REPO / "scenarios/70b.yaml").stdout.split())
+    text = " ".join(run_cli("solve", seventy_b()).stdout.split())
     assert f"Rent: {offer['id']} from {offer['provider']}" in text
     if offer["id"] == "seed002-a100-80g":  # priced at the low end of a quoted range: the plan must say so
         assert "the low end is used" in text
