@@ -24,13 +24,14 @@ HOST_RAM_GIB = 2048  # the node RAM a user states for the 70B job (allow.max_hos
 
 @functools.cache
 def seventy_b() -> Path:
-    """scenarios/70b.yaml with its nodes' host RAM stated (allow.max_host_memory_gib = HOST_RAM_GIB).
+    """scenarios/70b.yaml on the cn catalog with its nodes' host RAM stated (allow.max_host_memory_gib = HOST_RAM_GIB).
 
-    Its cn offers state no RAM and the default rule (hosts.host_ram_default) admits no 70B plan, so the shipped file is
-    infeasible; tests that need the heavy multi-card, offloading plan state the RAM as a user would.
+    The cn offers state no RAM and the default rule (hosts.host_ram_default) admits no 70B plan there, so the shipped
+    file searches every catalog; tests that need the heavy multi-card, offloading cn plan state the RAM as a user would.
     """
     doc = yaml.safe_load((REPO / "scenarios" / "70b.yaml").read_text(encoding="utf-8"))
     doc["allow"]["max_host_memory_gib"] = HOST_RAM_GIB
+    doc["catalog"] = "cn"
     path = Path(tempfile.mkdtemp(prefix="ftopt-70b-")) / "70b.yaml"
     path.write_text(yaml.safe_dump(doc, allow_unicode=True, sort_keys=False), encoding="utf-8")
     return path
