@@ -30,10 +30,7 @@ OUTSIDE = re.compile(
 
 # Readers of the published reference cases whose citations the reference-data copy rewrites (issue 23 item 4, the
 # measurements copied in with their sources). Each must still need it: once its file is clean, drop it from here.
-PENDING = {
-    "bench/loso.py", "bench/memory_accuracy.py", "tests/data/reference/README.md",
-    "tests/memory_reference_cases.py", "tests/test_calibrate.py", "tests/test_memory_reference.py",
-}  # fmt: skip
+PENDING: set[str] = set()  # files allowed to refer outside the repository (none left)
 
 
 def _tracked() -> list[str]:
