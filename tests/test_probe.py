@@ -150,3 +150,21 @@ def test_an_offer_without_an_hourly_price_bills_the_trial_by_its_shortest_term(w
     probe = probe_scenario(path, tmp_path / "p")
     assert probe.trial.plan.term == "day" and probe.trial.plan.billed_units == {"day": 1}
     assert any("billed by day" in line for line in probe.lines())
+
+
+def test_the_probe_states_the_host_ram_its_run_takes(probe_70b):
+    """70B full fine-tuning under ZeRO-3: the weights are partitioned as created on the GPUs, so the host holds the
+    processes and the offloaded optimizer states only; under FSDP rank 0 would hold one fp32 copy (4 B/param)."""
+    from optimizer.catalog import load_catalog, resolve_model
+    from optimizer.probe import probe_host_ram
+
+    probe, cfg = probe_70b
+    catalog = load_catalog()
+    per_rank = catalog.calibration["hosts"]["host_ram_per_rank_gib"]
+    offload = probe.trial.memory.cpu_offload
+    assert probe.host_ram == cfg["cards"] * per_rank * 2**30 + offload
+    arch = resolve_model(load_scenario(SEVENTY_B), catalog, SEVENTY_B)
+    fsdp = probe_host_ram({**cfg, "sharding": "fsdp"}, arch, probe.trial, per_rank)
+    assert fsdp - probe.host_ram == 4 * arch.total_params
+    line = next(x for x in probe.lines() if "host RAM" in x)
+    assert f"{probe.host_ram / 2**30:,.1f} GiB of host RAM" in line and "no model files" in line
