@@ -14,7 +14,9 @@
    seconds), minus the plan's bill, both with the offer's cheapest cover (optimizer/models/cost.py); and the plan's
    cost band from its uncertainty.
 5. ``DIR/probe.py`` (optimizer/probe_script.py, standalone) and ``DIR/probe_config.json`` (the model as an HF config,
-   the trial's settings and the measurement's scenario); ``python DIR/probe.py`` writes ``DIR/measurement.yaml``.
+   the trial's settings, the kernel its GPU runs, the launch's DeepSpeed config and the measurement's scenario);
+   ``python DIR/probe.py`` writes ``DIR/measurement.yaml``. The host RAM it prints is what the script takes
+   (:func:`probe_host_ram`): it writes no model files or checkpoints.
 
 The script runs HF Trainer (with PEFT, DeepSpeed or FSDP as the plan needs); a torchtune or NeMo plan is probed under
 HF with the same sharding, so its measurement calibrates the hf group (import the engine's own log to calibrate its
@@ -61,6 +63,7 @@ class Probe:
     worth: float  # plan's bill at +TIME_ERROR compute time minus its bill, in the plan's offer currency
     notes: list[str] = field(default_factory=list)
     packages: list[str] = field(default_factory=list)
+    host_ram: float = 0.0  # bytes per node the probe run needs on the host (probe_host_ram)
 
     def lines(self) -> list[str]:
         """What to rent, what it costs, what it can save, and the commands (for the terminal)."""
@@ -84,6 +87,8 @@ class Probe:
         if band is not None:
             out.append(f"  the plan's cost band today (10th-90th percentile): {band.cost.total_p10:,.2f}-"
                        f"{band.cost.total_p90:,.2f} {band.cost.currency}; own measurements narrow it")  # fmt: skip
+        out.append(f"  the probe run needs about {self.host_ram / 2**30:,.1f} GiB of host RAM per node and writes no "
+                   "model files or checkpoints (random weights built where they train; disk: the Python packages)")
         out += [f"  note: {n}" for n in self.notes]
         out += [
             f"Wrote {self.out_dir}/probe.py and probe_config.json. On the rented card:",
@@ -179,6 +184,23 @@ def probe_attention(trial: Estimate, plan: Plan) -> Attention:
     return kernel or plan.attention or Attention.sdpa
 
 
+def probe_host_ram(cfg: dict[str, Any], arch: ModelArch, trial: Estimate, per_rank_gib: float) -> float:
+    """Host RAM per node the probe run takes, bytes, as probe_script.build_model builds the model.
+
+    Each rank: ``per_rank_gib`` (the process; calibration hosts.host_ram_per_rank_gib); plus the optimizer states
+    ZeRO-Offload keeps on the host (the trial's memory.cpu_offload); plus, under FSDP without a 4-bit base, the one
+    copy rank 0 builds on the host before FSDP shards it (fp32 for full fine-tuning, 16-bit for a LoRA base). The
+    weights are otherwise created on the GPUs: QLoRA quantised there matrix by matrix, ZeRO-3 partitioned.
+    """
+    mem = trial.memory
+    offload = float(mem.cpu_offload) if mem is not None else 0.0
+    ranks = int(cfg["cards"])
+    host_copy = 0.0
+    if cfg["sharding"] == "fsdp" and cfg["zero_stage"] > 0 and cfg["method"] != "qlora":
+        host_copy = arch.total_params * (4.0 if cfg["method"] == "full" else 2.0)
+    return ranks * per_rank_gib * 2**30 + offload + host_copy
+
+
 def _packages(cfg: dict[str, Any]) -> list[str]:
     out = ["torch", "transformers", "peft", "accelerate", "pyyaml"]
     if cfg["zero_stage"] > 0 and cfg["sharding"] == "deepspeed":
@@ -233,4 +255,6 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
     write_atomic(out / "probe_config.json", json.dumps(cfg, indent=2, sort_keys=False) + "\n")
     write_atomic(out / "probe.py", SCRIPT.read_text(encoding="utf-8"))
     worth = time_error_worth(path, best, ov)
-    return Probe(str(path), best, trial, steps, warmup, str(out), worth, notes, _packages(cfg))
+    per_rank = float(catalog.calibration.get("hosts", {}).get("host_ram_per_rank_gib", 0.0))
+    host_ram = probe_host_ram(cfg, arch, trial, per_rank)
+    return Probe(str(path), best, trial, steps, warmup, str(out), worth, notes, _packages(cfg), host_ram)

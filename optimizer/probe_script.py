@@ -1,10 +1,12 @@
 """The probe run: ``python probe.py [--tiny] [--steps N] [--warmup W] [--out FILE]`` (written by ``ftopt probe``).
 
-Standalone: it needs torch, transformers and peft (accelerate; deepspeed when the plan shards with DeepSpeed), never
-ftopt. It reads ``probe_config.json`` beside itself, builds the model from its configuration with random weights
-(no download), trains W warm-up and N measured optimizer steps on random tokens of the planned length with HF
-Trainer in the planned configuration (micro-batch, gradient accumulation 1, checkpointing, precision, LoRA/QLoRA,
-ZeRO stage and offload through DeepSpeed or FSDP), and writes one measurement in the reference-case schema:
+Standalone: it needs torch, transformers and peft (accelerate; deepspeed when the plan shards with DeepSpeed,
+bitsandbytes for QLoRA), never ftopt. It reads ``probe_config.json`` beside itself, creates its TrainingArguments
+(and so the DeepSpeed config) first, builds the model from its configuration with random weights where they train
+(no download, no checkpoint on disk, never a whole copy on the host except FSDP's rank 0: :func:`build_model`),
+trains W warm-up and N measured optimizer steps on random tokens of the planned length with HF Trainer in the
+planned configuration (micro-batch, gradient accumulation 1, checkpointing, precision, LoRA/QLoRA, ZeRO stage and
+offload through DeepSpeed or FSDP), and writes one measurement in the reference-case schema:
 
 - ``step_seconds``: median wall time of the measured steps (CUDA synchronised before and after each step);
 - ``tokens_per_second_per_gpu`` = micro_batch x seq_len / step_seconds (every rank processes its own micro-batch);
@@ -15,12 +17,14 @@ ZeRO stage and offload through DeepSpeed or FSDP), and writes one measurement in
 ``--tiny`` runs the same code on the CPU with a small model of the same family and writes a measurement whose
 memory fields are empty and whose ``environment.device`` is ``cpu``: a smoke test of the pipeline, which
 ``ftopt calibrate`` accepts but does not fit (a CPU says nothing about the planned GPU). Several GPUs:
-``torchrun --nproc_per_node N probe.py``; rank 0 writes the file.
+``torchrun --nproc_per_node N probe.py``; rank 0 writes the file. ``--build-only cuda|cpu`` only builds the
+planned model and prints the host memory it took (a check before a long run; the CPU variant quantises there).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -72,9 +76,8 @@ def tiny_scenario(cfg: dict[str, Any], total_steps: int) -> dict[str, Any]:
     return doc
 
 
-def build_model(cfg: dict[str, Any], device: str) -> Any:
-    """A randomly initialised causal LM from the config (Llama, Qwen2 or Mixtral family), LoRA/QLoRA applied."""
-    import torch
+def hf_config(cfg: dict[str, Any], device: str) -> Any:
+    """The transformers config of the model (Llama, Qwen2 or Mixtral family) with the planned attention kernel."""
     import transformers
 
     m = dict(cfg["model"])
@@ -86,14 +89,55 @@ def build_model(cfg: dict[str, Any], device: str) -> Any:
         attn = "sdpa"  # FlashAttention needs CUDA and the flash_attn package; sdpa is the closest kernel
     config = config_cls(**m, max_position_embeddings=max(cfg["seq_len"], 128), use_cache=False)
     config._attn_implementation = attn
+    return config
+
+
+def target_device(device: str) -> Any:
+    """Where this rank's weights live: its own GPU (``LOCAL_RANK``, the device_map {"": local_rank}), or the CPU."""
+    import torch
+
+    return torch.device("cpu") if device == "cpu" else torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def build_model(cfg: dict[str, Any], device: str, quantise: bool | None = None) -> Any:
+    """A randomly initialised causal LM from the config, LoRA/QLoRA applied; never whole on the host.
+
+    Call it after TrainingArguments exist: under ZeRO-3 their DeepSpeed config makes transformers build the model
+    inside ``deepspeed.zero.Init``, partitioned across the ranks as it is created (transformers
+    integrations/deepspeed.py is_deepspeed_zero3_enabled). Otherwise the weights are created where they train:
+    - QLoRA (``quantise``, default on a GPU): the model is declared on the meta device and each Linear is drawn in
+      16 bits on the rank's device and quantised to NF4 there at once, one matrix at a time (quantise in place);
+    - FSDP: rank 0 builds the model on the host, the other ranks on the meta device, and FSDP fills theirs from
+      rank 0 (``sync_module_states``, ``cpu_ram_efficient_loading``): one copy on the host per node;
+    - otherwise directly on the rank's GPU (random init in place).
+    """
+    import torch
+    import transformers
+
+    config = hf_config(cfg, device)
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg["precision"], torch.float32)
     method = cfg["method"]
-    if method == "full":  # mixed precision: fp32 master weights, the autocast precision from the Trainer
-        model = transformers.AutoModelForCausalLM.from_config(config)
-    else:  # adapters over a frozen half-precision base
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=half if device != "cpu" else torch.float32)
-        if method == "qlora" and device != "cpu":
-            model = _quantise(model, half)
+    quantise = method == "qlora" and device != "cpu" if quantise is None else quantise
+    # mixed precision keeps fp32 master weights (the Trainer autocasts); adapters train over a 16-bit frozen base
+    dtype = torch.float32 if method == "full" or (device == "cpu" and not quantise) else half
+    target = target_device(device)
+    zero3 = transformers.integrations.deepspeed.is_deepspeed_zero3_enabled()
+    fsdp = device != "cpu" and cfg["zero_stage"] > 0 and cfg["sharding"] == "fsdp"
+    if quantise:
+        model = quantised_model(config, target, half, _quant_storage(cfg, half))
+    elif zero3:
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)  # inside zero.Init
+    elif fsdp and int(os.environ.get("RANK", "0")) > 0:
+        from accelerate import init_empty_weights
+
+        with init_empty_weights(include_buffers=False):
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    elif fsdp:
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    else:
+        with target:
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    if method != "full":
         import peft
 
         lora = cfg["lora"]
@@ -104,21 +148,95 @@ def build_model(cfg: dict[str, Any], device: str) -> Any:
     return model
 
 
+def _quant_storage(cfg: dict[str, Any], half: Any) -> Any:
+    """NF4 storage dtype: uint8, or the float dtype FSDP/ZeRO-3 shard when the 4-bit base is sharded.
+
+    float32 under fp16, else bfloat16 (peft docs accelerate/fsdp.md and deepspeed.md, ``bnb_4bit_quant_storage``).
+    """
+    import torch
+
+    sharded = cfg["zero_stage"] > 0 and (cfg["sharding"] == "fsdp" or cfg["zero_stage"] == 3)
+    if not sharded:
+        return torch.uint8
+    return torch.float32 if half is torch.float16 else torch.bfloat16
+
+
+def quantised_model(config: Any, target: Any, half: Any, storage: Any) -> Any:
+    """The model with NF4 (double-quantised) Linears, created on ``target`` without a whole 16-bit copy anywhere.
+
+    Declared on the meta device (accelerate init_empty_weights; buffers such as the rotary frequencies stay real),
+    then each block Linear becomes a bitsandbytes Linear4bit whose weight is drawn in 16 bits on ``target`` and
+    quantised there; embeddings, norms and the output layer are drawn on ``target`` in 16 bits.
+    """
+    import bitsandbytes as bnb
+    import torch
+    import transformers
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=half)
+    std = float(getattr(config, "initializer_range", 0.02))
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is not torch.nn.Linear or name == "lm_head":
+                continue
+            layer = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                                      compute_dtype=half, compress_statistics=True, quant_type="nf4",
+                                      quant_storage=storage, device="meta")  # fmt: skip
+            drawn = torch.empty(child.out_features, child.in_features, dtype=half, device=target).normal_(0.0, std)
+            layer.weight = bnb.nn.Params4bit(drawn, requires_grad=False, compress_statistics=True, quant_type="nf4",
+                                             quant_storage=storage, module=layer).to(target)  # fmt: skip
+            del drawn
+            if target.type == "cpu":
+                _return_freed_memory()  # quantising on the host leaves freed buffers that glibc would keep
+            if child.bias is not None:
+                layer.bias = torch.nn.Parameter(torch.zeros(child.out_features, dtype=half, device=target))
+            setattr(parent, name, layer)
+    _materialise(model, target, half, std)
+    model.is_loaded_in_4bit = True  # what PEFT and the Trainer read for a bitsandbytes 4-bit base
+    return model
+
+
+def _return_freed_memory() -> None:
+    """Hand the heap's freed pages back to the system (glibc malloc_trim; a no-op elsewhere)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(name).malloc_trim(0)
+
+
+def _materialise(model: Any, target: Any, dtype: Any, std: float) -> None:
+    """Draw every parameter still on the meta device on ``target`` and move the buffers there.
+
+    Norm weights 1, biases 0, the rest N(0, std); tied embeddings are tied again.
+    """
+    import torch
+
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            if not param.is_meta:
+                continue
+            data = torch.empty(param.shape, dtype=dtype, device=target)
+            if name.endswith("bias"):
+                data.zero_()
+            elif param.dim() == 1:
+                data.fill_(1.0)
+            else:
+                data.normal_(0.0, std)
+            module._parameters[name] = torch.nn.Parameter(data, requires_grad=param.requires_grad)
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            module._buffers[name] = buffer.to(target)
+    if getattr(model.config, "tie_word_embeddings", False):
+        model.tie_weights()
+
+
 def _has(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
-
-
-def _quantise(model: Any, half: Any) -> Any:
-    """QLoRA base: save the random model and load it back as NF4 with double quantisation (bitsandbytes)."""
-    import transformers
-
-    with tempfile.TemporaryDirectory(prefix="probe-base-") as tmp:
-        model.save_pretrained(tmp)
-        bnb = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                              bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=half)  # fmt: skip
-        return transformers.AutoModelForCausalLM.from_pretrained(tmp, quantization_config=bnb, dtype=half)
 
 
 def ds_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
@@ -138,7 +256,10 @@ def fsdp_args(cfg: dict[str, Any]) -> dict[str, Any]:
     mode = "full_shard" if cfg["zero_stage"] == 3 else "shard_grad_op"
     if cfg["offload"] != "none":
         mode += " offload"
-    return {"fsdp": f"{mode} auto_wrap", "fsdp_config": {"transformer_layer_cls_to_wrap": [cfg["layer_class"]]}}
+    # rank 0 holds the model, the others start empty and receive it (build_model): one host copy per node
+    fsdp_config = {"transformer_layer_cls_to_wrap": [cfg["layer_class"]], "cpu_ram_efficient_loading": True,
+                   "sync_module_states": True}  # fmt: skip
+    return {"fsdp": f"{mode} auto_wrap", "fsdp_config": fsdp_config}
 
 
 def checkpointing_args(on: bool) -> dict[str, Any]:
@@ -199,7 +320,6 @@ def train(cfg: dict[str, Any], device: str, warmup: int, steps: int) -> tuple[An
     import transformers
 
     notes = []
-    model = build_model(cfg, device)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     n = (warmup + steps) * cfg["micro_batch"] * world
     gen = torch.Generator().manual_seed(0)
@@ -222,6 +342,7 @@ def train(cfg: dict[str, Any], device: str, warmup: int, steps: int) -> tuple[An
             **checkpointing_args(cfg["checkpointing"] != "none"),
             deepspeed=ds_config(cfg) if device != "cpu" else None, **(fsdp_args(cfg) if device != "cpu" else {}),
         )  # fmt: skip
+        model = build_model(cfg, device)  # after the arguments: ZeRO-3 then builds it partitioned (zero.Init)
         timer = make_timer(device == "cuda")
         trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[timer])
         trainer.train()
@@ -281,6 +402,32 @@ def write(doc: dict[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _peak_rss() -> int:
+    """Peak resident memory of this process so far, bytes (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def build_report(cfg: dict[str, Any], device: str) -> dict[str, Any]:
+    """Build the planned model as the run would (QLoRA quantised in place, also on the CPU); report host memory.
+
+    The peak before building (libraries loaded) and after, and the bytes of the model's parameters and buffers.
+    """
+    import importlib
+
+    quantised = ("bitsandbytes",) if cfg["method"] == "qlora" else ()
+    libraries = ("torch", "transformers", "accelerate", "peft", *quantised)
+    for name in libraries:
+        importlib.import_module(name)  # loaded before the baseline: the figure is the model's, not the libraries'
+    before = _peak_rss()
+    model = build_model(cfg, device, quantise=cfg["method"] == "qlora")
+    tensors = list(model.parameters()) + list(model.buffers())
+    held = sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
+    return {"peak_rss_before": before, "peak_rss_after": _peak_rss(), "model_bytes": held,
+            "device": str(target_device(device))}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the options, run the probe, write the measurement; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -289,8 +436,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps, not measured")
     parser.add_argument("--out", type=Path, default=None, help="measurement file (default: measurement.yaml here)")
     parser.add_argument("--config", type=Path, default=HERE / "probe_config.json")
+    parser.add_argument("--build-only", choices=["cuda", "cpu"], default=None,
+                        help="only build the planned model (on this rank's GPU, or the CPU) and print the peak host "
+                        "memory it took, as JSON")  # fmt: skip
     args = parser.parse_args(argv)
     cfg = json.loads(args.config.read_text(encoding="utf-8"))
+    if args.build_only:
+        print(json.dumps(build_report(cfg, args.build_only)))
+        return 0
     steps = args.steps if args.steps is not None else cfg["steps"]
     warmup = args.warmup if args.warmup is not None else cfg["warmup"]
     if steps < 1 or warmup < 0:

@@ -371,3 +371,20 @@ def test_torchtune_never_writes_what_its_recipe_raises_for():
     tt = settings["torchtune"]
     assert tt["optimizer_in_bwd"] is False and tt["enable_activation_offloading"] is False
     assert any("gradient_accumulation_steps 1" in n for n in settings["notes"])
+
+
+def test_instruct_and_chat_names_keep_their_torchtune_builder():
+    """A variant name resolves to its base model's builder; Qwen2.5's instruct checkpoints have their own
+    (torchtune 0.6.1 qwen2_5_7b_instruct beside qwen2_5_7b_base); an unknown model still says so."""
+    from optimizer.launch.torchtune_cfg import builder_entry
+
+    assert builder_entry("meta-llama/Llama-3.1-8B-Instruct") == ("llama3_1", "llama3_1_8b")
+    assert builder_entry("Llama-2-7b-chat-hf") == ("llama2", "llama2_7b")
+    assert builder_entry("Qwen/Qwen2.5-7B-Instruct") == ("qwen2_5", "qwen2_5_7b_instruct")
+    assert builder_entry("Qwen2.5-7B") == ("qwen2_5", "qwen2_5_7b_base")
+    assert builder_entry("Llama-3.1-8B-Instructor") is None
+    doc = scenario_doc(model="Llama-3.1-8B-Instruct", method="lora", lora={"rank": 8, "targets": ["all-linear"]},
+                       training={"framework": "torchtune"})  # fmt: skip
+    settings = launch_settings(Scenario(**doc), _plan(), cards_per_node=8)
+    assert settings["torchtune"]["model"]["_component_"] == "torchtune.models.llama3_1.lora_llama3_1_8b"
+    assert not any("no known builder" in n for n in settings.get("notes", []))

@@ -111,3 +111,26 @@ def test_the_probe_of_an_sgd_offload_plan_keeps_sgd(write_scenario, tmp_path: Pa
     assert cfg["optimizer"] == "sgd" and "optimizer" not in ds and ds["zero_force_ds_cpu_optimizer"] is False
     assert ds["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert ds["train_micro_batch_size_per_gpu"] * cfg["cards"] == ds["train_batch_size"]  # accumulation 1
+
+
+def test_the_axolotl_export_follows_the_plan():
+    """Axolotl 0.19 names (utils/schemas): attn_implementation from the GPU's kernel, the plan's rows, batch,
+    precision, adapter and sharding."""
+    lora = {"rank": 16, "alpha": 32, "targets": ["q_proj", "v_proj"], "dropout": 0.1}
+    sc = Scenario(**scenario_doc(method="qlora", lora=lora, seq_len=4096,
+                                 training={"framework": "hf", "sharding": "fsdp", "attention": "flash"}))  # fmt: skip
+    ax = launch_settings(sc, _plan(attention="sdpa", zero_stage=3), 8)["axolotl.yaml"]
+    assert (ax["adapter"], ax["load_in_4bit"], ax["lora_r"], ax["lora_alpha"], ax["lora_target_modules"]) == (
+        "qlora", True, 16, 32, ["q_proj", "v_proj"])  # fmt: skip
+    assert (ax["sequence_len"], ax["sample_packing"], ax["micro_batch_size"], ax["gradient_accumulation_steps"]) == (
+        4096, True, 2, 4)  # fmt: skip
+    assert ax["attn_implementation"] == "sdpa" and (ax["fp16"], ax["bf16"]) == (True, False)
+    assert ax["fsdp_version"] == 2 and ax["fsdp_config"]["reshard_after_forward"] is True
+    assert "cpu_ram_efficient_loading" not in ax["fsdp_config"]  # Axolotl refuses it with a 4-bit base under FSDP2
+    assert "deepspeed" not in ax
+    full = Scenario(**scenario_doc(method="full", lora=None, training={"framework": "hf", "attention": "flash"}))
+    ds = launch_settings(full, _plan(gpu="H100-SXM", attention="flash", precision="bf16", offload="optimizer"), 8)
+    ax = ds["axolotl.yaml"]
+    assert "adapter" not in ax and ax["deepspeed"] == "ds_config.json" and "optimizer" not in ax  # DeepSpeed's Adam
+    assert ax["attn_implementation"] == "flash_attention_2" and ax["bf16"] is True
+    assert ds["axolotl"]["command"] == "torchrun --nnodes 1 --nproc_per_node 4 -m axolotl.cli.train axolotl.yaml"

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from optimizer import probe_script
 from optimizer.catalog import load_scenario
@@ -37,8 +38,13 @@ def probe_7b(tmp_path_factory, seven_b_zero0):
 
 @pytest.fixture(scope="module")
 def probe_70b(tmp_path_factory):
+    # offload pinned to the optimizer states: with the parameters on the host too, one card would hold the trial
     out = tmp_path_factory.mktemp("probe70b")
-    return probe_scenario(SEVENTY_B, out), json.loads((out / "probe_config.json").read_text())
+    doc = yaml.safe_load(SEVENTY_B.read_text(encoding="utf-8"))
+    doc["plan"] = {**(doc.get("plan") or {}), "offload": "optimizer"}
+    path = out / "70b-optimizer-offload.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return probe_scenario(path, out), json.loads((out / "probe_config.json").read_text())
 
 
 def test_the_trial_keeps_the_plans_per_gpu_configuration(probe_7b):
@@ -59,7 +65,7 @@ def test_a_zero_plan_is_probed_on_the_fewest_cards_that_fit(probe_70b, tmp_path:
     assert p.zero_stage == 3 and t.zero_stage == 3
     assert t.cards <= p.dp and p.dp % t.cards == 0 and probe.trial.memory.fits
     assert cfg["cards"] == t.cards and cfg["zero_stage"] == 3 and cfg["sharding"] == "deepspeed"
-    assert t.cards > 1  # 70B full fine-tuning does not fit one card, even with ZeRO-3 and offload
+    assert t.cards > 1  # 70B full fine-tuning with its parameters on the GPUs does not fit one card
     half = dict(cfg["scenario"], global_batch=cfg["micro_batch"] * t.cards // 2)
     half["plan"] = dict(half["plan"], cards=t.cards // 2)
     path = tmp_path / "half.yaml"
@@ -162,3 +168,21 @@ def test_a_multi_card_trial_runs_exactly_its_warm_up_and_measured_steps(probe_70
     assert doc["global_batch"] == t.plan.micro_batch * t.plan.cards
     assert doc["data"]["tokens"] == (probe.steps + probe.warmup) * t.plan.micro_batch * t.plan.cards * doc["seq_len"]
     assert t.time.steps == probe.steps + probe.warmup
+
+
+def test_the_probe_states_the_host_ram_its_run_takes(probe_70b):
+    """70B full fine-tuning under ZeRO-3: the weights are partitioned as created on the GPUs, so the host holds the
+    processes and the offloaded optimizer states only; under FSDP rank 0 would hold one fp32 copy (4 B/param)."""
+    from optimizer.catalog import load_catalog, resolve_model
+    from optimizer.probe import probe_host_ram
+
+    probe, cfg = probe_70b
+    catalog = load_catalog()
+    per_rank = catalog.calibration["hosts"]["host_ram_per_rank_gib"]
+    offload = probe.trial.memory.cpu_offload
+    assert probe.host_ram == cfg["cards"] * per_rank * 2**30 + offload
+    arch = resolve_model(load_scenario(SEVENTY_B), catalog, SEVENTY_B)  # the same model as the pinned copy
+    fsdp = probe_host_ram({**cfg, "sharding": "fsdp"}, arch, probe.trial, per_rank)
+    assert fsdp - probe.host_ram == 4 * arch.total_params
+    line = next(x for x in probe.lines() if "host RAM" in x)
+    assert f"{probe.host_ram / 2**30:,.1f} GiB of host RAM" in line and "no model files" in line

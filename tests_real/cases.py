@@ -8,6 +8,9 @@ checkpointing, tp, cards and nodes) and leave the rest (micro-batch, accumulatio
 from __future__ import annotations
 
 import functools
+import json
+import os
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +95,17 @@ def _variants() -> dict[str, dict[str, Any]]:
     out["nemo-lora"] = _variant("nemo", "lora", cards=1)
     out["nemo-2nodes"] = _variant("nemo", cards=16, tp=8)
     out["nemo-pp2-interleaved"] = _variant("nemo", tp=2, pp=2, zero_stage=1, offload="none")
+    # a Volta card (no FlashAttention 2, no bf16) under each engine, samples not packed, an -Instruct name
+    v100 = {"gpu": "V100-32G", "offer": "akash-v100-32g-pcie"}
+    out["ddp-v100"] = _variant("hf_deepspeed", "lora", cards=2, zero_stage=0, offload="none", **v100)
+    out["fsdp-v100"] = _variant("hf_fsdp", "lora", cards=8, zero_stage=3, offload="none", **v100)
+    out["tt-v100"] = _variant("torchtune", "lora", cards=1, **v100)
+    out["nemo-v100"] = _variant("nemo", "lora", cards=1, **v100)
+    unpacked = {"samples": 20_000, "avg_tokens": 900.0, "epochs": 1, "packing": False}
+    out["ds-unpacked"] = {**_variant("hf_deepspeed", "lora", zero_stage=2, offload="none"), "data": unpacked}
+    out["tt-unpacked"] = {**_variant("torchtune", "lora", cards=1), "data": unpacked}
+    out["nemo-unpacked"] = {**_variant("nemo", zero_stage=1, offload="none"), "data": unpacked}
+    out["tt-qwen-instruct"] = {**_variant("torchtune", "lora", cards=1), "model": "Qwen2.5-7B-Instruct"}
     return out
 
 
@@ -139,3 +153,17 @@ def solved(name: str) -> Case:
     catalog = load_catalog()
     return Case(name, result.scenario, result.best.plan, result.launch or {},
                 resolve_model(result.scenario, catalog, path))  # fmt: skip
+
+
+def checked_elsewhere(env_var: str, checker: Path, cases: dict[str, Any]) -> dict[str, str]:
+    """Run ``checker`` (a check_runner script) with the python ``env_var`` names on ``cases``: name -> "ok" or error.
+
+    For libraries that pin their own transformers (LLaMA-Factory, Axolotl) and so live in environments of their own.
+    """
+    python = os.environ.get(env_var)
+    assert python, f"{env_var} must name the python of the library's environment (.ci/launch-check sets it)"
+    work = Path(tempfile.mkdtemp(prefix="ftopt-check-"))
+    (work / "cases.json").write_text(json.dumps(cases))
+    subprocess.run([python, str(checker), str(work / "cases.json"), str(work / "results.json")], check=True,
+                   timeout=900)  # fmt: skip
+    return json.loads((work / "results.json").read_text())

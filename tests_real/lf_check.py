@@ -11,9 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
-import tempfile
-import traceback
 from pathlib import Path
 
 
@@ -57,18 +54,7 @@ def _check(case: dict, workdir: Path) -> str:
     return "ok"
 
 
-def main() -> None:
-    cases = json.loads(Path(sys.argv[1]).read_text())
-    results = {}
-    for name, case in sorted(cases.items()):
-        with tempfile.TemporaryDirectory() as tmp:
-            os.chdir(tmp)
-            try:
-                results[name] = _check(case, Path(tmp))
-            except BaseException:  # noqa: BLE001  (every failure, SystemExit from the parser included, is a result)
-                results[name] = traceback.format_exc(limit=3)
-    Path(sys.argv[2]).write_text(json.dumps(results, indent=1))
-
-
 if __name__ == "__main__":
-    main()
+    from check_runner import run  # beside this script, which runs from this folder
+
+    run(_check)

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests_real.cases import ids_for, solved
+from tests_real.gpu_facts import gpu_of, torch_bf16
 
 HF = ids_for("hf_deepspeed", "hf_fsdp")
 DS = [n for n in HF if "ds_config.json" in solved(n).settings]
@@ -51,8 +52,9 @@ def _training_arguments(case, tmp_path, monkeypatch):
         args["deepspeed"] = str(path)
     # the Trainer counts every rank as data parallel: one process here stands for the plan's dp ranks
     monkeypatch.setattr(TrainingArguments, "world_size", property(lambda self: case.plan.dp))
-    # this CPU machine stands for the plan's GPU, which has bf16 (the solver proposes bf16 only where it does)
-    monkeypatch.setattr(training_args, "is_torch_bf16_gpu_available", lambda: True)
+    # this CPU machine stands for the plan's GPU: TrainingArguments' bf16 check gets torch's answer for that card
+    bf16 = torch_bf16(gpu_of(case.plan))
+    monkeypatch.setattr(training_args, "is_torch_bf16_gpu_available", lambda: bf16)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         parser = HfArgumentParser(SFTConfig)

@@ -8,15 +8,11 @@ Versions: .ci/launch-requirements-llamafactory.txt (llamafactory 0.9.5, transfor
 from __future__ import annotations
 
 import functools
-import json
-import os
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests_real.cases import ids_for, solved
+from tests_real.cases import checked_elsewhere, ids_for, solved
 
 HF = ids_for("hf_deepspeed", "hf_fsdp")
 CHECKER = Path(__file__).with_name("lf_check.py")
@@ -24,19 +20,13 @@ CHECKER = Path(__file__).with_name("lf_check.py")
 
 @functools.cache
 def _results() -> dict[str, str]:
-    python = os.environ.get("LAUNCH_LF_PYTHON")
-    assert python, "LAUNCH_LF_PYTHON must name the python of LLaMA-Factory's environment (.ci/launch-check sets it)"
     cases = {}
     for name in HF:
         case = solved(name)
         lf = case.settings["llamafactory"]
         cases[name] = {"config": case.settings["llamafactory.yaml"], "ds_config": case.settings.get("ds_config.json"),
                        "dp": case.plan.dp, "command": lf["command"], "environment": lf["environment"]}  # fmt: skip
-    work = Path(tempfile.mkdtemp(prefix="ftopt-lf-"))
-    (work / "cases.json").write_text(json.dumps(cases))
-    subprocess.run([python, str(CHECKER), str(work / "cases.json"), str(work / "results.json")], check=True,
-                   timeout=900)  # fmt: skip
-    return json.loads((work / "results.json").read_text())
+    return checked_elsewhere("LAUNCH_LF_PYTHON", CHECKER, cases)
 
 
 @pytest.mark.parametrize("name", HF)

@@ -110,3 +110,39 @@ def test_calibrate_accepts_trainer_state_from_a_real_hf_trainer_run(tmp_path: Pa
     assert row["measured"] == pytest.approx(final["train_samples_per_second"] * 32, rel=1e-3)
     # a CPU run is far slower than the RTX 4090 the scenario pins: reported, but kept out of the fit
     assert not row["used"] and "beyond x10" in row["note"]
+
+
+# A QLoRA plan of a random 0.4B-parameter Llama: big enough that a whole 16-bit copy (787 MB) stands out from the
+# NF4 model (265 MB) and the one matrix drawn and quantised at a time
+BIG_QLORA = {
+    "name": "probe-build-qlora",
+    "model": {"name": "random-0.4b", "layers": 8, "hidden": 2048, "intermediate": 5632, "heads": 16, "kv_heads": 4,
+              "vocab": 8000},
+    "method": "qlora", "lora": {"rank": 16, "alpha": 32, "targets": ["all-linear"]},
+    "data": {"tokens": 1.0e7, "epochs": 1}, "seq_len": 1024, "global_batch": 8, "catalog": "us",
+    "training": {"framework": "hf", "optimizer": "adamw", "attention": "sdpa"},
+    "plan": {"gpu": "RTX-4090", "cards": 1, "zero_stage": 0},
+}  # fmt: skip
+
+
+def test_the_probe_builds_a_qlora_model_without_a_whole_16_bit_copy(tmp_path: Path):
+    """Issue 22: weights are drawn and quantised one matrix at a time where they train (the CPU here, with
+    bitsandbytes' CPU kernels), so the host's peak grows by the NF4 model plus one matrix's transient, not by the
+    16-bit model (and no checkpoint is written and read back)."""
+    pytest.importorskip("bitsandbytes")
+    scenario = tmp_path / "big.yaml"
+    scenario.write_text(yaml.safe_dump(BIG_QLORA, sort_keys=False))
+    _ftopt("probe", scenario, "--out", tmp_path / "p")
+    report = json.loads(_run(tmp_path / "p" / "probe.py", "--build-only", "cpu", cwd=tmp_path / "p").stdout)
+    h, inter, layers, vocab, kv = 2048, 5632, 8, 8000, 4 * 128
+    linear = layers * (2 * h * h + 2 * h * kv + 3 * h * inter)  # the block Linears NF4 quantises
+    rest = 2 * vocab * h + (2 * layers + 1) * h  # embeddings, output layer, norms: 16-bit
+    adapters = 16 * layers * (2 * (h + h) + 2 * (h + kv) + 2 * (h + inter) + (inter + h))  # LoRA r16, fp32
+    nf4 = linear // 2 + 2 * rest + 4 * adapters
+    sixteen_bit = 2 * (linear + rest)
+    assert report["model_bytes"] == pytest.approx(nf4, rel=0.02)
+    grew = report["peak_rss_after"] - report["peak_rss_before"]
+    widest = 2 * h * inter  # one 16-bit matrix; quantising it on the CPU takes several times its size for a moment
+    assert grew <= nf4 + 8 * widest + 64 * 2**20, (grew, nf4)
+    assert grew < sixteen_bit, (grew, sixteen_bit)
+    assert not list(tmp_path.glob("p/**/*.safetensors"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from optimizer.launch.axolotl_cfg import axolotl_command, axolotl_notes
 from optimizer.launch.exporters import file_exports
 from optimizer.launch.fsdp_args import fsdp_plugin
 from optimizer.launch.hf_args import OLDEST_TRANSFORMERS, from_pretrained, hf_arguments, launcher, sft_config
@@ -48,6 +49,8 @@ def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[di
         notes.append(ZERO3_LOADING)
     lf = llamafactory_settings(scenario, plan, cards_per_node, fsdp)
     settings["llamafactory"] = {"environment": lf["environment"], "command": lf["command"]}
+    settings["axolotl"] = {"command": axolotl_command(plan, cards_per_node)}
+    notes += axolotl_notes(scenario, plan)
     notes.append("sft_config: TRL SFTConfig keys on top of training_arguments; with the plain Trainer, pack or cut "
                  f"the dataset into rows of {scenario.seq_len} tokens yourself")  # fmt: skip
     notes.append(f"training_arguments use transformers >= {OLDEST_TRANSFORMERS} names; before it write "

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
+from optimizer.launch.axolotl_cfg import CONFIG_FILE, axolotl_config
 from optimizer.launch.ds_config import deepspeed_config
 from optimizer.launch.launch_common import uses_deepspeed
 from optimizer.launch.llamafactory_cfg import llamafactory_config
@@ -74,6 +75,9 @@ EXPORTERS: tuple[Exporter, ...] = (
     Exporter("LLaMA-Factory", "llamafactory_cfg", "`llamafactory-cli train` YAML and its environment "
              "(FORCE_TORCHRUN, NNODES, NODE_RANK, MASTER_ADDR)", "llamafactory 0.9.5", HF, file="llamafactory.yaml",
              build=llamafactory_config, plans="hf plans"),  # fmt: skip
+    Exporter("Axolotl", "axolotl_cfg", "`axolotl train` YAML (adapter, sequence_len, sample_packing, "
+             "attn_implementation, precision, DeepSpeed or FSDP2, optimizer) and a torchrun command",
+             "axolotl 0.19.0", HF, file=CONFIG_FILE, build=axolotl_config, plans="hf plans"),  # fmt: skip
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from optimizer.catalog import base_model_name
 from optimizer.launch.launch_common import lora_targets, torchrun_args
 from optimizer.schema import Checkpointing, Method, Offload, OptimizerName, Precision, Scenario
 from optimizer.schema_plan import Plan
@@ -44,10 +45,25 @@ OPTIMIZER_COMPONENT = {
 }
 
 
+def builder_entry(name: str) -> tuple[str, str] | None:
+    """(torchtune.models module, base builder) for a catalog name or a variant of one, None when unknown.
+
+    Instruction-tuned and chat variants (``-Instruct``, ``-chat-hf``, an organisation prefix; catalog.base_model_name)
+    keep their base model's builder, except Qwen2.5, whose instruct checkpoints have builders of their own
+    (qwen2_5_<size>_instruct beside qwen2_5_<size>_base).
+    """
+    base = base_model_name(name, BUILDERS)
+    if base is None:
+        return None
+    module, builder = BUILDERS[base]
+    if module == "qwen2_5" and "instruct" in name.lower() and builder.endswith("_base"):
+        builder = builder.removesuffix("_base") + "_instruct"
+    return module, builder
+
+
 def model_component(scenario: Scenario) -> tuple[dict[str, Any], list[str]]:
     """The ``model`` block (builder and LoRA keys) and what cannot be built as planned."""
-    name = scenario.model.lower() if isinstance(scenario.model, str) else None
-    entry = BUILDERS.get(name) if name else None
+    entry = builder_entry(scenario.model) if isinstance(scenario.model, str) else None
     notes: list[str] = []
     block: dict[str, Any] = {}
     if entry is None:

@@ -1,0 +1,119 @@
+"""Axolotl export: the ``axolotl train`` YAML for an hf plan.
+
+Checked against axolotl 0.19.0 (tests_real/test_axolotl.py validates the YAML with Axolotl's own
+``axolotl.utils.config.validate_config``, given the planned GPU's capabilities, in a separate environment since it
+pins its own transformers). Sources: axolotl-ai-cloud/axolotl src/axolotl/utils/schemas/config.py (sequence_len,
+sample_packing, pad_to_sequence_len, excess_length_strategy, attn_implementation, bf16/fp16/fp8,
+gradient_checkpointing, deepspeed, fsdp_version, fsdp_config), peft.py (adapter, load_in_4bit/8bit, lora_*),
+training.py (micro_batch_size, gradient_accumulation_steps, optimizer), fsdp.py (FSDPConfig), and
+utils/schemas/validation.py (FSDP1 is deprecated there, so FSDP plans are written for FSDP2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimizer.launch.ds_config import ds_declares_optimizer
+from optimizer.launch.hf_args import HF_OPTIM, trainer_recomputes
+from optimizer.launch.launch_common import (
+    lora_targets,
+    plan_attention,
+    sharded,
+    torchrun_args,
+    uses_deepspeed,
+    uses_fsdp,
+)
+from optimizer.schema import Attention, Checkpointing, Method, Offload, Precision, Scenario
+from optimizer.schema_plan import Plan
+
+CONFIG_FILE = "axolotl.yaml"
+# Axolotl attn_implementation (the flash_attention / sdp_attention / eager_attention booleans are deprecated aliases)
+ATTN_IMPLEMENTATION = {Attention.flash: "flash_attention_2", Attention.sdpa: "sdpa", Attention.eager: "eager"}
+
+
+def axolotl_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
+    """The training YAML: model, adapter, rows, batch, precision, kernel, checkpointing, sharding, optimizer.
+
+    Rows: ``sample_packing`` packs samples into ``sequence_len`` rows as a packed plan counts them (its multipack
+    keeps each sample whole, so a sample longer than sequence_len is cut there: ``excess_length_strategy:
+    truncate``, where the plan would continue it in the next row); unpacked, one sample per row, cut at sequence_len.
+    """
+    spec = scenario.lora_spec
+    cfg: dict[str, Any] = {
+        # the catalog name is not a hub id: the user puts the checkpoint's path or hub id here
+        "base_model": f"<path to {scenario.model}>" if isinstance(scenario.model, str) else "<model path>",
+    }
+    if scenario.method is not Method.full and spec is not None:
+        cfg["adapter"] = "qlora" if scenario.frozen_base_bits == 4 else "lora"
+        if scenario.frozen_base_bits == 4:
+            cfg["load_in_4bit"] = True  # NF4 with double quantisation: Axolotl's bnb defaults for qlora
+        elif scenario.frozen_base_bits == 8:
+            cfg["load_in_8bit"] = True
+        cfg.update(lora_r=spec.rank, lora_alpha=spec.alpha, lora_dropout=spec.dropout)
+        targets = lora_targets(scenario)
+        if targets == "all-linear":
+            cfg["lora_target_linear"] = True
+        else:
+            cfg["lora_target_modules"] = list(targets)
+    cfg.update({
+        "datasets": [{"path": "<dataset>", "type": "<type>"}],
+        "output_dir": "<output_dir>",
+        "sequence_len": scenario.seq_len,
+        "sample_packing": scenario.data.packing,
+        "pad_to_sequence_len": scenario.data.packing,  # Axolotl's advice with sample_packing
+        "excess_length_strategy": "truncate",
+        # required by Axolotl; ftopt plans no learning rate: the HF Trainer's default, which the HF and LLaMA-Factory
+        # exports run with unless the user sets one (transformers TrainingArguments learning_rate 5e-5)
+        "learning_rate": 5.0e-5,
+        "micro_batch_size": plan.micro_batch,
+        "gradient_accumulation_steps": plan.grad_accum,
+        "bf16": plan.precision in (Precision.bf16, Precision.fp8),
+        "fp16": plan.precision is Precision.fp16,
+        "attn_implementation": ATTN_IMPLEMENTATION[plan_attention(scenario, plan)],
+    })  # fmt: skip
+    if plan.precision is Precision.fp8:
+        cfg["fp8"] = True  # torchao float8 training on top of bf16
+    recompute = trainer_recomputes(scenario, plan)
+    cfg["gradient_checkpointing"] = recompute
+    if recompute and scenario.method is not Method.full:
+        # the same use_reentrant choice as the HF export (hf_args.hf_arguments, from PEFT's launch scripts)
+        reentrant = scenario.frozen_base_bits < 16 and sharded(scenario, plan)
+        cfg["gradient_checkpointing_kwargs"] = {"use_reentrant": reentrant}
+    if uses_deepspeed(scenario, plan):
+        cfg["deepspeed"] = "ds_config.json"
+    elif uses_fsdp(scenario, plan):
+        cfg["fsdp_version"] = 2
+        cfg["fsdp_config"] = fsdp_config(scenario, plan)
+    if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
+        cfg["optimizer"] = HF_OPTIM[plan.optimizer]
+    return cfg
+
+
+def fsdp_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
+    """Axolotl ``fsdp_config`` (FSDP2): full sharding for ZeRO-3, gradients and states only for ZeRO-1/2."""
+    full = scenario.method is Method.full
+    out: dict[str, Any] = {
+        "offload_params": plan.offload is not Offload.none,
+        "reshard_after_forward": plan.zero_stage >= 3,  # False: parameters stay gathered (SHARD_GRAD_OP)
+        "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",  # the decoder layer class from the model's _no_split_modules
+        "state_dict_type": "SHARDED_STATE_DICT",
+        "activation_checkpointing": full and plan.checkpointing is not Checkpointing.none,
+    }
+    # FSDP2 refuses cpu_ram_efficient_loading with a 4-bit base (Axolotl validation); otherwise rank 0 reads
+    if scenario.frozen_base_bits != 4:
+        out["cpu_ram_efficient_loading"] = True
+    return out
+
+
+def axolotl_notes(scenario: Scenario, plan: Plan) -> list[str]:
+    """What Axolotl itself warns about for these settings (utils/schemas/config.py check_sample_packing_w_sdpa_bf16)."""
+    sdpa = plan_attention(scenario, plan) is Attention.sdpa
+    if scenario.data.packing and sdpa and plan.precision is Precision.bf16:
+        return ["axolotl.yaml: Axolotl warns that sample_packing with sdpa in bf16 may train to a 0.0 loss on GPUs "
+                "before Hopper (sm90); there, set training.attention: flash or use the TRL/LLaMA-Factory export"]
+    return []
+
+
+def axolotl_command(plan: Plan, cards_per_node: int) -> str:
+    """``torchrun ... -m axolotl.cli.train axolotl.yaml``: torchrun sets the rank variables on one GPU too."""
+    return f"torchrun {torchrun_args(plan, cards_per_node)} -m axolotl.cli.train {CONFIG_FILE}"
