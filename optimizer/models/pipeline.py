@@ -37,9 +37,11 @@ def pipeline_chunks(job: Job, cfg: Configs) -> np.ndarray:
 
 
 def engine_chunks(scenario: Any, calibration: Mapping[str, Any]) -> int:
-    """The most interleaved chunks per stage the job may launch: the pinned ``plan.virtual_pipeline``, else the
-    engine's ``frameworks.pipeline_chunks`` (calibration.yaml). A valid pin divides the layers per stage, so
-    :func:`pipeline_chunks` then launches exactly the pin."""
+    """The most interleaved chunks per stage the job may launch.
+
+    The pinned ``plan.virtual_pipeline``, else the engine's ``frameworks.pipeline_chunks`` (calibration.yaml). A
+    valid pin divides the layers per stage, so :func:`pipeline_chunks` then launches exactly the pin.
+    """
     pinned = scenario.plan.virtual_pipeline
     return int(pinned if pinned is not None else calibration["frameworks"]["pipeline_chunks"][
         scenario.training.framework.value])
