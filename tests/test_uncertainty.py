@@ -36,6 +36,7 @@ def test_memory_percentiles_are_those_of_leave_one_source_out(catalog):
     assert catalog.calibration["accuracy"]["memory"] == ratio_quantiles(memory_loso_ratios(memory_loso()))
 
 
+@pytest.mark.timeout(600)  # may compute the session's LOSO fixture (13 folds x 109 cases)
 def test_time_percentiles_are_those_of_leave_one_source_out(catalog, loso_rows):
     rows = loso_rows
     acc = catalog.calibration["accuracy"]
@@ -44,6 +45,7 @@ def test_time_percentiles_are_those_of_leave_one_source_out(catalog, loso_rows):
     assert {"time": acc["time"], "time_groups": groups, "time_coverage": coverage_map} == loso.time_accuracy(rows)
 
 
+@pytest.mark.timeout(600)  # may compute the session's LOSO fixture (13 folds x 109 cases)
 def test_band_coverage_within_75_to_85_percent_overall_and_per_group(catalog, loso_rows):
     # Issue 21: the published figure inside the p10-p90 band of its LOSO prediction (widened for cases outside
     # the other sources' cells) for 75-85% of the cases, in every group the bands are kept for and among the
