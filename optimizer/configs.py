@@ -50,6 +50,7 @@ class Job:
     compile: bool = False  # torch.compile (fused kernels save fewer activations)
     activation_offload: bool = False  # saved activations in host RAM
     optimizer_in_backward: bool = False  # gradients freed per parameter during backward
+    reduce_every_micro_batch: bool | None = None  # FSDP accumulation: reduce each micro-batch (None: engine default)
     pipeline_chunks: int = 1  # most interleaved chunks per pipeline stage the engine launches (models/pipeline.py)
 
     @property

@@ -168,11 +168,17 @@ def apply(loaded: LoadedOverlay, mem: dict[str, np.ndarray], time: dict[str, np.
 
 def group_accuracy(accuracy: Mapping[str, Any], loaded: LoadedOverlay | None, time_group: TimeGroup | None,
                    memory_group: MemoryGroup | None) -> dict[str, Any]:  # fmt: skip
-    """calibration.yaml ``accuracy`` with each model's band replaced by its group's band where the overlay has one."""
+    """calibration.yaml ``accuracy`` with each model's band replaced by its group's band where the overlay has one.
+
+    A time band from the user's own measurements is a published run like the plan: the coverage map
+    (``time_coverage``, models/coverage.py) no longer widens it.
+    """
     out = dict(accuracy)
     for name, group in (("time", time_group), ("memory", memory_group)):
         if loaded is not None and group is not None and group.band is not None and name in out:
             out[name] = {**out[name], **group.band.model_dump()}
+            if name == "time":
+                out.pop("time_coverage", None)
     return out
 
 

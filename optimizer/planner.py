@@ -188,7 +188,8 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         oi = int(c.offer_idx[i])
         accuracy = group_accuracy(space.accuracy, loaded, *groups)
         billed = hosts.spot_offer(offer) if plan.capacity == "spot" else offer
-        est = est.model_copy(update={"uncertainty": band(est, billed, space.fx[oi], space.scenario, accuracy)})
+        arch = space.gpus[oi].arch
+        est = est.model_copy(update={"uncertainty": band(est, billed, space.fx[oi], space.scenario, accuracy, arch)})
     return est
 
 

@@ -11,6 +11,7 @@ from rich.table import Table
 from optimizer.atomic import write_atomic
 from optimizer.explain import Relaxation
 from optimizer.launch import exporters
+from optimizer.models.coverage import NO_RUN
 from optimizer.models.uncertainty import headroom_for_p90
 from optimizer.planner import SolveResult
 from optimizer.report_measure import calibration_lines
@@ -216,7 +217,7 @@ def uncertainty_lines(est: Estimate) -> list[str]:
         f"peak {_gib(um.total_p10)} to {_gib(um.total_p90)}, {memory}",
         f"  time {ut.hours_p10:,.1f}-{ut.hours_p90:,.1f} h, cost {uc.total_p10:,.2f}-{uc.total_p90:,.2f} {uc.currency}"
         + (f"; at the slow end: {', '.join(holds)}" if holds else ""),
-    ]
+    ] + ([f"  {NO_RUN}"] if ut.published_run_like_this is False else [])
 
 
 def alternatives_table(result: SolveResult) -> Table:

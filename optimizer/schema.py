@@ -488,6 +488,12 @@ class Training(Strict):
         description="optimizer step fused into backward (torchtune optimizer_in_bwd): each gradient is freed once "
         "its parameter is updated; needs gradient accumulation 1",
     )
+    reduce_every_micro_batch: bool | None = Field(
+        None,
+        description="FSDP with gradient accumulation: reduce-scatter the gradients after every micro-batch (true) or "
+        "hold them unsharded until the last one (false: no_sync, as transformers' Trainer does); null = the "
+        "engine's default (calibration memory.fsdp_unsharded_accumulation)",
+    )
 
 
 class Budget(Strict):

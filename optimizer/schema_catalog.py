@@ -256,12 +256,24 @@ class RatioGroup(RatioBand):
     multi_node: bool | None = None
 
 
+class TimeCoverage(Strict):
+    """The coverage map of the reference throughput cases (optimizer/models/coverage.py).
+
+    ``cells``: the cells of the cases; ``uncovered``: the band of the cases outside every other source's cells.
+    """
+
+    cells: list[str]
+    uncovered: RatioBand
+
+
 class Accuracy(Strict):
     """The memory model's and the step-time model's held-out accuracy.
 
-    ``time_groups`` refine the time band for the plans they match (the first that matches wins, else ``time``).
+    ``time_groups`` refine the time band for the plans they match (the first that matches wins, else ``time``);
+    a plan outside ``time_coverage.cells`` gets the wider of its band and ``time_coverage.uncovered``.
     """
 
     memory: RatioBand
     time: RatioBand
     time_groups: list[RatioGroup] = Field(default_factory=list)
+    time_coverage: TimeCoverage | None = None

@@ -92,6 +92,9 @@ class TimeBand(Strict):
     hours_p10: float
     hours_p90: float
     meets_deadline_p90: bool | None
+    # whether a published run lies in the plan's cell (GPU architecture, engine, method, sharding, offload, nodes;
+    # models/coverage.py); false: the band is widened and the output says "no published run like this"
+    published_run_like_this: bool | None = None
 
 
 class CostBand(Strict):

@@ -153,6 +153,7 @@ def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any]) -> J
         compile=t.compile,
         activation_offload=t.activation_offload,
         optimizer_in_backward=t.optimizer_in_backward,
+        reduce_every_micro_batch=t.reduce_every_micro_batch,
         pipeline_chunks=int(chunks),
     )
 

@@ -201,6 +201,25 @@ def weight_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
     return _i64(np.where(z3 & (cfg.offload == _ALL), 0.0, resident))
 
 
+def holds_unsharded_gradients(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """FSDP rows that accumulate unsharded gradients across micro-batches, bool (n,).
+
+    A trainer that skips gradient reduction on all but the last micro-batch of a step (FSDP1 ``no_sync()``, FSDP2
+    ``set_requires_gradient_sync(False)``) keeps every parameter's full gradient until that last reduce-scatter:
+    transformers' Trainer does so under FSDP (``_inner_training_loop``: ``accelerator.no_sync`` for every micro-batch
+    but the last unless DeepSpeed or accelerate's ``sync_each_batch``), and so does KempnerForge (scripts/train.py
+    ``maybe_no_sync``). Rows: FSDP (:func:`_uses_fsdp`) at stage >= 2, no pipeline (handled by
+    :func:`zero3_gathered_bytes`), gradient accumulation > 1, and ``training.reduce_every_micro_batch`` false, or
+    unset with the engine in calibration ``fsdp_unsharded_accumulation``.
+    """
+    if job.reduce_every_micro_batch is None:
+        holds = _sharded_profile_name(job) in consts.get("fsdp_unsharded_accumulation", [])
+    else:
+        holds = not job.reduce_every_micro_batch
+    rows = _uses_fsdp(job, cfg) & (cfg.zero_stage >= 2) & (cfg.pp <= 1) & (cfg.grad_accum > 1)
+    return rows & holds
+
+
 def gradient_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
     """All gradients held per GPU after backward (bytes, (n,)), before the peak-phase rule of :func:`breakdown`.
 
@@ -210,6 +229,7 @@ def gradient_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndar
     (stage_1_and_2.py, stage3.py): ZeRO-2 = 2P + 18P/N with 18 = 2 + 4 (grads) + 12 (optimizer); ZeRO-3 =
     18P/N + 4 P_ll with 18 = 2 (params) + 4 (fp32 grads) + 12. With offload (stage >= 1) the fp32 partitions
     and, from stage 2, the 16-bit gradients live on the CPU: ZeRO-2 offload = 2P, ZeRO-3 offload = 4 P_ll + 2P/N.
+    FSDP accumulating without a reduce per micro-batch (:func:`holds_unsharded_gradients`) holds them unsharded.
     Optimizer in backward (``training.optimizer_in_backward``, torchtune optimizer_in_bwd; gradient accumulation
     1 only): each parameter is stepped and its gradient freed as soon as it is produced, so at most the largest
     module's gradients, min(P_train, P_ll) x g16 / (t p), are held (formulas.md section 8, "G ~ 0").
@@ -222,6 +242,7 @@ def gradient_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndar
     f32 = np.where(cfg.zero_stage >= 1, 1.0 / n, 1.0)
     offloaded = (cfg.offload != _NONE) & (cfg.zero_stage >= 1)
     f16 = np.where(offloaded & (cfg.zero_stage >= 2), 0.0, f16)
+    f16 = np.where(holds_unsharded_gradients(job, cfg, consts), 1.0, f16)
     f32 = np.where(offloaded, 0.0, f32)
     grads = trainable_params(job) * (b["grad16"] * f16 + b["grad32"] * f32) / split
     if job.optimizer_in_backward:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from optimizer.models import cost
+from optimizer.models import coverage as cov
 from optimizer.schema import Scenario
 from optimizer.schema_catalog import Offer
 from optimizer.schema_plan import CostBand, Estimate, MemoryBand, TimeBand, Uncertainty
@@ -79,17 +80,26 @@ def time_band(accuracy: Mapping[str, Any], framework: str, precision: str, nodes
     return accuracy["time"]
 
 
-def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: Mapping[str, Any]) -> Uncertainty:
+def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: Mapping[str, Any],
+         arch: str | None = None) -> Uncertainty:  # fmt: skip
     """The plan's memory, time and cost at the 10th and 90th percentile of the models' held-out errors.
 
     ``fx`` converts the offer's currency to the budget's; ``fits_p90``, ``meets_deadline_p90`` and
     ``within_budget_p90`` say whether the plan still holds at the unfavourable end (None when the scenario sets
-    no deadline or budget).
+    no deadline or budget). With the GPU's ``arch`` and a coverage map in ``accuracy``, a plan whose cell
+    (models/coverage.py) holds no published run gets the wider of its time band and the uncovered cases' band.
     """
     m, t, c, p = est.memory, est.time, est.cost, est.plan
     assert m is not None and t is not None and c is not None and p is not None
     mem = accuracy["memory"]
     tim = time_band(accuracy, scenario.training.framework.value, p.precision.value, p.nodes)
+    fw = scenario.training.framework.value
+    engine = f"hf_{scenario.training.sharding.value}" if fw == "hf" else fw
+    plan_cell = None if arch is None else cov.cell(arch, engine, scenario.method.value, p.zero_stage,
+                                                   p.offload.value, p.nodes)  # fmt: skip
+    like = cov.covered(accuracy, plan_cell)
+    if like is False:
+        tim = cov.widest(tim, accuracy["time_coverage"]["uncovered"])
     total_p90 = int(round(m.total * float(mem["ratio_p90"])))
     memory = MemoryBand(
         cases=int(mem["cases"]),
@@ -110,6 +120,7 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
         hours_p10=hours["ratio_p10"],
         hours_p90=hours["ratio_p90"],
         meets_deadline_p90=None if deadline is None else hours["ratio_p90"] <= deadline,
+        published_run_like_this=like,
     )
     bills = cost.bills(np.array([hours["ratio_p10"], hours["ratio_p90"]]), offer, scenario.billing_terms)
     low, high = (round(b.per_card * p.cards, 2) for b in bills)
