@@ -22,6 +22,7 @@ DOTTED = {m: ".".join(FILES[m].relative_to(PACKAGE.parent).with_suffix("").parts
 
 LAYER = {  # a module may import only modules of a lower layer (or, listed in SAME_LAYER, of its own)
     "errors": 0, "schema": 0, "schema_catalog": 0, "schema_plan": 0, "schema_portfolio": 0, "atomic": 0,
+    "inputfile": 0,
     "attention": 1, "context": 1,
     "yamlio": 1, "configs": 1,
     "launch_common": 1, "ds_config": 1, "fsdp_args": 1, "hf_args": 2, "torchtune_cfg": 2, "nemo_cfg": 2,
@@ -35,7 +36,7 @@ LAYER = {  # a module may import only modules of a lower layer (or, listed in SA
     "planner": 7,
     "pareto": 8, "batch": 8, "calibrate": 8, "probe": 8, "portfolio_plan": 8,
     "report": 9, "report_front": 9, "report_batch": 9, "report_catalog": 9, "report_measure": 9,
-    "report_portfolio": 9, "report_reference": 9, "report_offer": 9, "cli_import": 9,
+    "report_portfolio": 9, "report_reference": 9, "report_offer": 9, "cli_import": 9, "terminal": 9,
     "probe_script": 9,  # the standalone script ftopt probe copies out (stdlib only): a program, so it prints
     "cli": 10, "cli_measure": 10, "cli_portfolio": 10, "__main__": 11,
 }  # fmt: skip
@@ -45,7 +46,9 @@ SAME_LAYER = {
     ("report", "report_measure"), ("cli", "cli_measure"), ("cli", "cli_portfolio"), ("timing", "comm"),
     ("activations", "pipeline"), ("comm", "memory"), ("explain", "explain_relax"), ("overheads", "memory"),
     ("space", "hosts"),
-    ("report", "report_offer"),
+    ("report", "report_offer"), ("atomic", "errors"), ("inputfile", "errors"), ("report_portfolio", "report_front"),
+    *((m, "terminal") for m in ("report", "report_batch", "report_catalog", "report_front", "report_portfolio",
+                                "report_measure")),
 }  # fmt: skip
 TERMINAL = {"click", "rich"}  # user-interface libraries: report modules and cli only
 
