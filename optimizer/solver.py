@@ -296,6 +296,9 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
     levels = ["cost_cents", "time_s"] if objective is Objective.cost else ["time_s", "cost_cents"]
     ok = admitted(cols, subset, limits)
     best = incumbent(cols, ok, limits, levels)
+    if best is not None and time.monotonic() - started >= settings.time_limit_s:  # no time left to build a model
+        value = int(cols.values[levels[0]][best])
+        return Outcome(Status.feasible, best, value, float(min(int(cols.values[levels[0]][subset].min()), value)))
     model, pick, lits, x = _build(cols, subset, limits)
     model.add_assumptions(list(lits.values()))
     if best is not None:
