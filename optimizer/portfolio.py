@@ -53,13 +53,20 @@ Runs are pruned before the model: per (pool or offer, cards) the fastest configu
 cheapest), and a card count is dropped when fewer cards on the same offer or pool run at least as fast. Solo
 rentals never interact with anything else, so only the cheapest one per occurrence enters the model.
 
+Bounds. (11) objective >= purchase_bound(): for each vector of cards bought, the capital plus each occurrence's
+cheapest way to run, less the most a fractional knapsack of the pools' summed card-time can save (valid, since
+every schedule buying those cards costs at least that); the bound reported is the larger of it and CP-SAT's. It
+closes the gap of a repeated job on a bought card (the model's relaxation spreads the card's capital thinly).
+
 Status: OPTIMAL -> optimal; FEASIBLE (time limit) -> feasible with the proven lower bound; INFEASIBLE ->
-infeasible; UNKNOWN (stopped before a solution): the hint, every occurrence rented alone, as feasible with the
-bound of lower_bound() when every occurrence can be rented, else SolverLimitError.
+infeasible; UNKNOWN (stopped before a solution), or the time limit ending while the model is built: the greedy
+hint as feasible with purchase_bound() as its bound, else SolverLimitError. The limit counts the model's build.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
@@ -80,6 +87,7 @@ from optimizer.portfolio_problem import (
     greedy,
     lower_bound,
     plan_cost,
+    purchase_bound,
     sharing_can_pay,
     solo_run,
     up,
@@ -89,6 +97,10 @@ from optimizer.solver import status_of
 
 __all__ = ["Block", "Occurrence", "Pool", "Problem", "Rental", "Run", "Schedule", "Settings", "greedy", "lower_bound",
            "solve"]  # fmt: skip
+
+
+class _OutOfTime(Exception):
+    """The time limit ended while the model was being built."""
 
 
 @dataclass
@@ -106,8 +118,9 @@ class _Slot:
 class _Model:
     """The CP-SAT model of the module docstring, built from a Problem."""
 
-    def __init__(self, problem: Problem, settings: Settings) -> None:
+    def __init__(self, problem: Problem, settings: Settings, deadline: float = math.inf) -> None:
         self.p = problem
+        self.deadline = deadline  # time.monotonic() past which building stops (_OutOfTime)
         self.m = cp_model.CpModel()
         self.cost_terms: list[tuple[int, cp_model.IntVar]] = []
         self.choice: dict[int, list[tuple[int, int | None, cp_model.IntVar]]] = {}  # j -> (run, slot, use)
@@ -198,6 +211,8 @@ class _Model:
         # solo[j], use[o,b], iv[o,b]; (1) each occurrence runs exactly once; (3) shared runs inside their slot
         self.pool_members: dict[int, list[tuple[cp_model.IntervalVar, int, cp_model.IntVar, int]]] = {}
         for j, occ in enumerate(self.p.occurrences):
+            if time.monotonic() > self.deadline:
+                raise _OutOfTime
             self.choice[j] = []
             solo = solo_run(occ)
             if solo is not None:
@@ -296,34 +311,47 @@ def solve(problem: Problem, settings: Settings = DEFAULT_SETTINGS) -> Schedule:
     missing = [j for j, occ in enumerate(problem.occurrences) if not occ.runs]
     if missing:
         return Schedule(Status.infeasible)
-    model = _Model(problem, settings)
+    started = time.monotonic()
     plan = greedy(problem)
+    floor = purchase_bound(problem)
+    try:  # building a large model may take longer than the limit: then the greedy schedule is the answer
+        model = _Model(problem, settings, started + settings.time_limit_s)
+    except _OutOfTime:
+        model = None
+    if model is None and plan is not None:
+        return _from_plan(problem, plan, floor)
+    if model is None:
+        raise SolverLimitError(f"the {settings.time_limit_s:g} s time limit ended while the schedule model was "
+                               "being built, and no simple schedule exists; raise --time-limit")  # fmt: skip
     model.hint(plan)
-    model.m.minimize(sum(c * v for c, v in model.cost_terms))
+    objective = sum(c * v for c, v in model.cost_terms)
+    model.m.add(objective >= math.floor(floor * MONEY * (1 - 1e-9)) - 1)  # (11) valid: coefficients round up
+    model.m.minimize(objective)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = settings.time_limit_s
+    solver.parameters.max_time_in_seconds = max(settings.time_limit_s - (time.monotonic() - started), 1e-3)
     solver.parameters.num_workers = settings.workers
     solver.parameters.random_seed = settings.seed
     status = status_of(solver.solve(model.m))
     if status is None and plan is not None:
-        return _from_plan(problem, plan)
+        return _from_plan(problem, plan, floor)
     if status is None:
         raise SolverLimitError(f"CP-SAT found no schedule within the {settings.time_limit_s:g} s time limit; "
                                "raise --time-limit")  # fmt: skip
     if status is Status.infeasible:
         return Schedule(Status.infeasible)
-    return _read(model, solver, status)
+    return _read(model, solver, status, floor)
 
 
-def _from_plan(problem: Problem, plan: tuple[list[int | None], list[int], list[int]]) -> Schedule:
-    """The greedy hint itself, when CP-SAT stops before reporting a solution (feasible, bound from lower_bound)."""
+def _from_plan(problem: Problem, plan: tuple[list[int | None], list[int], list[int]], floor: float) -> Schedule:
+    """The greedy hint itself, when CP-SAT stops before reporting a solution (feasible, bound from purchase_bound)."""
     runs, starts, bought = plan
     total = plan_cost(problem, runs, bought)
-    return Schedule(Status.feasible, total, lower_bound(problem), list(runs), list(starts), list(bought), [])
+    return Schedule(Status.feasible, total, min(floor, total), list(runs), list(starts), list(bought), [])
 
 
-def _read(model: _Model, solver: cp_model.CpSolver, status: Status) -> Schedule:
-    out = Schedule(status, solver.objective_value / MONEY, solver.best_objective_bound / MONEY)
+def _read(model: _Model, solver: cp_model.CpSolver, status: Status, floor: float) -> Schedule:
+    value = solver.objective_value / MONEY
+    out = Schedule(status, value, min(max(solver.best_objective_bound / MONEY, floor), value))
     members: dict[int, list[int]] = {}
     for j, occ in enumerate(model.p.occurrences):
         if j in model.solo and solver.boolean_value(model.solo[j]):

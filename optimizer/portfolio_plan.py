@@ -364,6 +364,7 @@ def plan_portfolio(path: str | Path, settings: Settings = DEFAULT_SETTINGS, grid
     ]
     money = {"total": round(float(sum(parts.values())), 2), "currency": pf.currency,
              **{k: round(float(v), 2) for k, v in parts.items()}}  # fmt: skip
-    bound = round(sched.bound, 2) if sched.bound is not None else None
+    # the model rounds each coefficient up, so its bound may pass the exact total by those roundings
+    bound = round(min(sched.bound, money["total"]), 2) if sched.bound is not None else None
     return PortfolioResult(pf.name, pf.currency, pf.horizon_days, sched.status.value, bound, money, purchases, jobs,
                            rentals, _utilisation(pf, problem, sched), be)  # fmt: skip

@@ -193,6 +193,71 @@ def lower_bound(problem: Problem) -> float:
     return total
 
 
+MAX_PURCHASES = 256  # purchase vectors purchase_bound enumerates; beyond, it returns lower_bound()
+
+
+def _outside(problem: Problem, occ: Occurrence) -> float:
+    """The cheapest way to run ``occ`` off the pools: its solo rental, or a shared run's least share (cut (9))."""
+    cheapest = math.inf
+    for run in occ.runs:
+        if run.kind == "rent":
+            rental = problem.rentals[run.where]
+            rate = min(price / TERM_HOURS[Term(t)] for t, price in rental.prices.items())
+            share = rate * run.cards * run.duration * problem.grid_s / 3600 if rental.shareable else run.cost
+            cheapest = min(cheapest, share, run.cost)
+    return cheapest
+
+
+def purchase_bound(problem: Problem) -> float:
+    """A lower bound that counts the capital a pool run needs (lower_bound() counts only its electricity).
+
+    For each purchase vector b (cards bought from each buy option; owned pools fixed):
+        LB(b) = sum_q c_q b_q + sum_j r_j - max savings,
+    where r_j is the cheapest way to run occurrence j off the pools (:func:`_outside`), and a pool run o of j on a
+    pool with at least k_o cards saves d_o = r_j - e_o using card-time w_o = k_o p_o. The savings are bounded by a
+    relaxation: the pools' capacities over time are summed into one card-time budget H sum_q cap_q, and occurrence j
+    saves at most min(D_j, rho_j W_j) from the card-time W_j it gets, D_j = max_o d_o and rho_j = max_o d_o / w_o;
+    the best split of the budget is then the fractional knapsack by rho_j. Every schedule buying b costs at least
+    LB(b), so min_b LB(b) is a valid bound. With more than MAX_PURCHASES vectors, lower_bound() is returned.
+    """
+    buyable = [q for q, pool in enumerate(problem.pools) if not pool.owned]
+    vectors = math.prod(problem.pools[q].cards + 1 for q in buyable)
+    if vectors > MAX_PURCHASES:
+        return lower_bound(problem)
+    outside = [_outside(problem, occ) for occ in problem.occurrences]
+    best = math.inf
+    for choice in np.ndindex(*(problem.pools[q].cards + 1 for q in buyable)):
+        bought = dict(zip(buyable, choice, strict=True))
+        cap = [pool.cards if pool.owned else bought[q] for q, pool in enumerate(problem.pools)]
+        capital = sum(problem.pools[q].card_cost * n for q, n in bought.items())
+        items = []  # (rho_j, D_j) of occurrences a pool run makes cheaper
+        total, budget = capital, float(problem.horizon) * sum(cap)
+        for occ, r in zip(problem.occurrences, outside, strict=True):
+            pooled = [run for run in occ.runs if run.kind == "pool" and run.cards <= cap[run.where]]
+            if not math.isfinite(r):  # only pools can run it: its cheapest pool run, and the card-time it must use
+                if not pooled:
+                    total = math.inf
+                    break
+                total += min(run.cost for run in pooled)
+                budget -= min(run.cards * run.duration for run in pooled)
+                continue
+            total += r
+            gains = [(r - run.cost, max(run.cards * run.duration, 1)) for run in pooled if run.cost < r]
+            if gains:
+                items.append((max(d / w for d, w in gains), max(d for d, _ in gains)))
+        if budget < 0:  # the runs only pools can take need more card-time than these pools have
+            total = math.inf
+        for rho, save in sorted(items, reverse=True):
+            if budget <= 0 or not math.isfinite(total):
+                break
+            got = min(save, rho * budget)
+            total -= got
+            budget -= got / rho
+        best = min(best, total)
+    floor = lower_bound(problem)
+    return max(best, floor) if math.isfinite(best) else floor
+
+
 def plan_cost(problem: Problem, runs: list[int | None], bought: list[int]) -> float:
     """Capital of the cards bought plus each occurrence's run cost (solo bill or electricity); nothing shared."""
     total = sum(n * pool.card_cost for n, pool in zip(bought, problem.pools, strict=True))

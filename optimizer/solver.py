@@ -14,7 +14,7 @@ Variables:
 
 Constraints:
     (1) sum_i pick[i] = 1
-    (2) x_k = sum_i value_k(i) pick[i]                          for every decision variable k
+    (2) x_k = sum_i value_k(i) pick[i]                          for each x_k a limit or an objective reads
     (3) a_gpus      => sum over i with g_i not allowed of pick[i] = 0
     (4) a_providers => sum over i with v_i not allowed of pick[i] = 0
     (5) a_max_cards => x_cards <= max_cards
@@ -27,6 +27,8 @@ deadline holds even with frequent interruptions; its cost is the expected bill (
 Objective (lexicographic, one stage per level, each stage fixing the previous optimum):
     cost:  min x_cost_cents, then min x_time_s, then min rank
     time:  min x_time_s, then min x_cost_cents, then min rank
+(a tie-break level is skipped when the candidate table shows a single admitted candidate tied at the levels above:
+CP-SAT would return it),
 where rank orders candidates by simplicity, then name: (nodes, cards, zero_stage, offload, checkpointing, tp,
 gpu id, offer id, capacity), a deterministic tie-break that prefers the simpler of plans equal in cost and time.
 
@@ -121,6 +123,26 @@ class _Columns:
         self.rank[order] = np.arange(len(c))
 
 
+class _Channels(dict):  # type: ignore[type-arg]
+    """The decision variables x_k of (2), each channelled when first used (``x["cost_cents"]``).
+
+    Only the columns a limit or an objective reads enter the model (five or six of the seventeen), which keeps
+    the model CP-SAT presolves small; the plan itself is read from the picks.
+    """
+
+    def __init__(self, model: cp_model.CpModel, cols: _Columns, idx: np.ndarray, picks: list) -> None:
+        super().__init__()
+        self.model, self.cols, self.idx, self.picks = model, cols, idx, picks
+
+    def __missing__(self, name: str) -> cp_model.IntVar:
+        sub = self.cols.values[name][self.idx]
+        lo, hi = (int(sub.min()), int(sub.max())) if sub.size else (0, 0)
+        var = self.model.new_int_var(lo, hi, f"x_{name}")
+        self.model.add(var == cp_model.LinearExpr.weighted_sum(self.picks, sub.tolist()))
+        self[name] = var
+        return var
+
+
 def _build(cols: _Columns, subset: np.ndarray, limits: Limits) -> tuple[cp_model.CpModel, dict, dict, dict]:
     model = cp_model.CpModel()
     idx = np.flatnonzero(subset)
@@ -129,12 +151,7 @@ def _build(cols: _Columns, subset: np.ndarray, limits: Limits) -> tuple[cp_model
     # (1) exactly one plan
     model.add_exactly_one(pick.values())
     # (2) decision variables channelled from the picks
-    x: dict[str, cp_model.IntVar] = {}
-    for name, vals in cols.values.items():
-        sub = vals[idx]
-        lo, hi = (int(sub.min()), int(sub.max())) if sub.size else (0, 0)
-        x[name] = model.new_int_var(lo, hi, f"x_{name}")
-        model.add(x[name] == sum(int(vals[i]) * pick[int(i)] for i in idx))
+    x: dict[str, cp_model.IntVar] = _Channels(model, cols, idx, [pick[int(i)] for i in idx])
     lits: dict[str, cp_model.IntVar] = {}
     for name in limits.active():
         lits[name] = model.new_bool_var(f"a_{name}")
@@ -159,6 +176,15 @@ def incumbent(cols: _Columns, subset: np.ndarray, limits: Limits, levels: list[s
     same order CP-SAT minimises. It seeds CP-SAT (a solution hint) and is the answer, labelled ``feasible`` (not
     proven), when the time limit ends before CP-SAT has one. None when no candidate meets every limit.
     """
+    idx = np.flatnonzero(admitted(cols, subset, limits))
+    if idx.size == 0:
+        return None
+    order = np.lexsort((cols.rank[idx], cols.values[levels[1]][idx], cols.values[levels[0]][idx]))
+    return int(idx[order[0]])
+
+
+def admitted(cols: _Columns, subset: np.ndarray, limits: Limits) -> np.ndarray:
+    """The candidates of ``subset`` that meet every limit (the constraints (3)-(8) read off the table)."""
     ok = subset.copy()
     for spec in limits.specs():  # the registry's limits, as _build states them
         bound = getattr(limits, spec.key)
@@ -167,11 +193,7 @@ def incumbent(cols: _Columns, subset: np.ndarray, limits: Limits, levels: list[s
             ok &= np.fromiter((a in bound for a in names), dtype=bool, count=len(names))
         else:
             ok &= cols.values[spec.column] <= int(bound)
-    idx = np.flatnonzero(ok)
-    if idx.size == 0:
-        return None
-    order = np.lexsort((cols.rank[idx], cols.values[levels[1]][idx], cols.values[levels[0]][idx]))
-    return int(idx[order[0]])
+    return ok
 
 
 def _solver(settings: SolverSettings, time_limit_s: float) -> cp_model.CpSolver:
@@ -218,7 +240,11 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
     if n == 0 or not subset.any():
         return Outcome(Status.infeasible, None)
     levels = ["cost_cents", "time_s"] if objective is Objective.cost else ["time_s", "cost_cents"]
-    best = incumbent(cols, subset, limits, levels)
+    ok = admitted(cols, subset, limits)
+    best = incumbent(cols, ok, limits, levels)
+    if best is not None and time.monotonic() - started >= settings.time_limit_s:  # no time left to build a model
+        value = int(cols.values[levels[0]][best])
+        return Outcome(Status.feasible, best, value, float(min(int(cols.values[levels[0]][subset].min()), value)))
     model, pick, lits, x = _build(cols, subset, limits)
     model.add_assumptions(list(lits.values()))
     if best is not None:
@@ -251,6 +277,10 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
             first_value, first_bound = value, float(solver.best_objective_bound)
         if result is Status.feasible:
             status = Status.feasible
+            break
+        column = cols.values[levels[level]] if level < 2 else cols.rank
+        ok &= column == value
+        if np.count_nonzero(ok) == 1 and ok[chosen]:  # one admitted candidate ties: the later levels are decided
             break
         model.add(var == value)
     return Outcome(status, chosen, first_value, first_bound)

@@ -17,6 +17,7 @@ from functools import cache
 import pytest
 
 from optimizer.portfolio import Occurrence, Pool, Problem, Rental, Run, Schedule, Settings, greedy, lower_bound, solve
+from optimizer.portfolio_problem import purchase_bound
 from optimizer.schema import Status
 
 GRID_S = 6 * 3600  # six hours per grid unit
@@ -225,7 +226,7 @@ def test_the_greedy_hint_is_feasible_and_the_quick_bound_is_below_the_optimum(se
     if expected is None:
         assert plan is None
         return
-    assert lower_bound(problem) <= float(expected) + 1e-9
+    assert lower_bound(problem) <= purchase_bound(problem) <= float(expected) + 1e-9
     if plan is not None:  # every occurrence placed: the oracle prices it (and checks windows and capacity)
         runs, starts, bought = plan
         hinted = evaluate(problem, Schedule(Status.feasible, None, None, runs, starts, bought, []))
@@ -243,3 +244,27 @@ def test_cp_sat_stopping_before_any_solution_still_answers_with_the_hint_and_a_v
     assert schedule.status is Status.feasible
     assert schedule.bound <= float(expected) + 1e-9 <= schedule.objective + 1e-9
     assert evaluate(problem, schedule) == pytest.approx(schedule.objective)
+
+
+@pytest.mark.parametrize("seed", range(16, 48))
+def test_the_purchase_bound_never_passes_the_optimum(seed):
+    problem = random_problem(random.Random(seed))
+    expected = oracle(problem)
+    if expected is not None:
+        assert purchase_bound(problem) <= float(expected) + 1e-9
+
+
+def test_the_purchase_bound_counts_the_card_a_repeated_job_needs():
+    # five daily runs: 1 of electricity each on a bought card (capital 10), or a solo rental of 5 each; windows
+    # do not overlap, so one card holds them all: optimum min(10 + 5 x 1, 5 x 5) = 15, while the per-run bound
+    # (lower_bound) only sees 5 x 1
+    day = 24
+    occurrences = tuple(Occurrence(0, i, i * day, (i + 1) * day, (Run("pool", 0, 1, 16, 16.0, 1.0, 0),
+                                                                   Run("rent", 0, 1, 16, 16.0, 5.0, 0)))
+                        for i in range(5))  # fmt: skip
+    problem = Problem(3600, 5 * day, occurrences, (Pool("RTX-4090", False, 2, 10.0),),
+                      (Rental("r", "RTX-4090", {"hour": 5 / 16}, 3600, (1,)),))  # fmt: skip
+    assert lower_bound(problem) == pytest.approx(5.0)
+    assert purchase_bound(problem) == pytest.approx(15.0)
+    schedule = solve(problem)
+    assert schedule.status is Status.optimal and schedule.objective == pytest.approx(15.0)
