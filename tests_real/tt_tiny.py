@@ -56,6 +56,11 @@ class _Random(torch.utils.data.Dataset):
         return {"tokens": tokens, "labels": tokens}
 
 
-def tiny_dataset(tokenizer: TinyTokenizer, **_: object) -> torch.utils.data.Dataset:
-    """64 random sequences of 32 tokens (labels = tokens)."""
+def tiny_dataset(tokenizer: TinyTokenizer, packed: bool = False, **_: object) -> torch.utils.data.Dataset:
+    """64 random sequences of 32 tokens (labels = tokens); packed into rows of the tokenizer's max_seq_len when the
+    launch settings ask for packing, as torchtune's own dataset builders do (PackedDataset)."""
+    if packed:
+        from torchtune.datasets import PackedDataset
+
+        return PackedDataset(_Random(64), max_seq_len=tokenizer.max_seq_len, padding_idx=tokenizer.pad_id)
     return _Random(64)
