@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from optimizer import report_reference
 from optimizer.report_reference import BLOCKS, PAGE, render, type_text
 from optimizer.schema import Method
+from tests.conftest import REPO
 
 
 def test_checked_in_page_matches_the_schema():
@@ -40,7 +40,7 @@ def test_help_prints_the_usage_and_writes_nothing(tmp_path):
     page.write_text("stale\n", encoding="utf-8")
     before = PAGE.stat().st_mtime_ns
     done = subprocess.run([sys.executable, "-m", "optimizer.report_reference", "--help"], capture_output=True,
-                          text=True, cwd=Path(report_reference.__file__).parent.parent, timeout=120)  # fmt: skip
+                          text=True, cwd=REPO, timeout=120)  # fmt: skip
     assert done.returncode == 0
     assert "--check" in done.stdout and "--output" in done.stdout
     assert PAGE.stat().st_mtime_ns == before
