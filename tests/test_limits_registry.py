@@ -188,6 +188,7 @@ def test_the_portfolio_filter_admits_what_the_limit_admits(spec):
 def test_a_host_memory_limit_binds_the_same_in_solve_pareto_and_the_explanation(tmp_path):
     doc = yaml.safe_load((REPO / "scenarios/70b.yaml").read_text())
     doc["allow"]["max_host_memory_gib"] = 1000
+    doc["catalog"] = "cn"  # single-node offers: 70B full fine-tuning there must offload
     path = tmp_path / "70b-host.yaml"
     path.write_text(yaml.safe_dump(doc))
     solved, front_ = solve_scenario(path), pareto_scenario(path)

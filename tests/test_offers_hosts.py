@@ -95,19 +95,31 @@ def test_autodl_default_is_its_documented_ram_per_gpu(catalog):
         8 * 32 * 2**30]
 
 
-def test_shipped_70b_has_no_plan_over_its_nodes_host_ram(tmp_path):
+def test_70b_on_cn_has_no_plan_over_its_nodes_host_ram(tmp_path):
     # before the default rule, this chose 4 x A100-80G on seed002 (AutoDL) asking for 1,593 GiB of RAM per node;
     # AutoDL's docs give ~32 GB per GPU (29.8 GiB x 4 = 119 GiB), and no cn offer states more
-    result = solve_scenario(REPO / "scenarios" / "70b.yaml")
+    doc = yaml.safe_load((REPO / "scenarios" / "70b.yaml").read_text(encoding="utf-8"))
+    doc["catalog"] = "cn"
+    path = tmp_path / "70b-cn.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    result = solve_scenario(path)
     assert result.best.plan is None and result.relaxation is not None
     assert "need more host RAM than their nodes have" in result.relaxation.message
     old = {"gpu": "A100-80G", "offer": "seed002-a100-80g", "cards": 4, "zero_stage": 3, "offload": "optimizer",
            "micro_batch": 2, "checkpointing": "full"}  # fmt: skip
-    est = estimate_scenario(REPO / "scenarios" / "70b.yaml", old)
+    est = estimate_scenario(path, old)
     assert est.memory is not None and not est.memory.fits
     assert est.memory.total <= est.memory.capacity  # it fits the cards: host RAM is what rules it out
     assert est.offer is not None and est.offer.host_ram_bytes == pytest.approx(4 * 29.8 * 2**30, abs=1)
     assert "default 29.8 GiB per card (autodl.com/docs/env" in (est.offer.host_ram_rule or "")
+
+
+def test_shipped_70b_plan_stays_within_its_nodes_stated_host_ram():
+    # every built-in catalog: the plan's offload fits the RAM its offer states (or the default rule's)
+    result = solve_scenario(REPO / "scenarios" / "70b.yaml")
+    best = result.best
+    assert best.plan is not None and best.offer is not None and best.memory is not None
+    assert best.memory.cpu_offload <= best.offer.host_ram_bytes
 
 
 def test_validator_rejects_a_plan_over_the_stated_host_ram(tmp_path, catalog):

@@ -92,11 +92,13 @@ def test_validator_reports_a_tampered_plan(part: str, changes: dict[str, Any], p
 
 def test_validator_reports_a_plan_over_its_nodes_default_host_ram():
     # the 70B plan offloads ~1.6 TB per node: fine where the user states 2 TiB, not on the AutoDL node's default
-    # RAM (hosts.host_ram_default: 29.8 GiB per card x 4 cards) when the scenario states nothing
+    # RAM (hosts.host_ram_default: 29.8 GiB per card x the node's cards) when the scenario states nothing
     sc, _, est = _valid()
     found = _violations(est, allow=sc.allow.model_copy(update={"max_host_memory_gib": None}))
     ram = [v for v in found if v.startswith("host RAM: needs")]
-    assert ram and "more than the default rule's 119.2 GiB on seed002-a100-80g" in ram[0], found
+    per_node = est.plan.cards // est.plan.nodes
+    assert est.plan.offer == "seed002-a100-80g", est.plan
+    assert ram and f"more than the default rule's {29.8 * per_node:.1f} GiB on seed002-a100-80g" in ram[0], found
     assert "memory.fits = True but recomputed False" in found
 
 
