@@ -31,7 +31,11 @@ def pareto_status(result: ParetoResult) -> str:
 
 
 def pareto_json(result: ParetoResult) -> dict[str, Any]:
-    """The front as JSON: axes, limits and every point as a docs/json-contract.md document with cost and hours."""
+    """The front as JSON: axes, limits and every point as a docs/json-contract.md plan document.
+
+    Each point adds ``chosen`` and ``front`` {cost, hours}: its position on the front in the report currency (the
+    document's ``currency``); the plan document's own ``cost`` stays in the offer's currency.
+    """
     doc: dict[str, Any] = {
         "scenario": result.scenario.name,
         "status": pareto_status(result),
@@ -41,7 +45,7 @@ def pareto_json(result: ParetoResult) -> dict[str, Any]:
         "deadline_hours": result.deadline_hours,
         "chosen": result.chosen,
         "points": [
-            {"cost": c, "hours": h, "chosen": i == result.chosen, **estimate_json(e)}
+            {**estimate_json(e), "chosen": i == result.chosen, "front": {"cost": c, "hours": h}}
             for i, (e, c, h) in enumerate(zip(result.estimates, result.costs, result.hours, strict=True))
         ],
     }

@@ -224,7 +224,10 @@ def test_pareto_json_lists_points_with_plan_cost_and_hours(run_cli):
     doc = json.loads(res.stdout)
     assert doc["status"] == "optimal" and doc["currency"] == "CNY"
     assert sum(p["chosen"] for p in doc["points"]) == 1
-    assert {"cost", "hours", "status", "plan", "memory", "time"} <= set(doc["points"][0])
+    assert {"front", "status", "plan", "memory", "time", "cost"} <= set(doc["points"][0])
+    for p in doc["points"]:  # the front position in the report currency; the plan's own bill keeps its currency
+        assert set(p["front"]) == {"cost", "hours"} and isinstance(p["front"]["cost"], float)
+        assert set(p["cost"]) >= {"total", "currency"}
 
 
 def test_pareto_csv_has_a_header_and_one_row_per_point(run_cli, tmp_path: Path):
