@@ -124,7 +124,9 @@ def build_model(cfg: dict[str, Any], device: str, quantise: bool | None = None) 
     zero3 = transformers.integrations.deepspeed.is_deepspeed_zero3_enabled()
     fsdp = device != "cpu" and cfg["zero_stage"] > 0 and cfg["sharding"] == "fsdp"
     if quantise:
-        model = quantised_model(config, target, half, _quant_storage(cfg, half))
+        # a plan that offloads its parameters keeps them on the host: each matrix is quantised on the GPU, then moved
+        home = torch.device("cpu") if cfg["offload"] == "all" else target
+        model = quantised_model(config, target, half, _quant_storage(cfg, half), home)
     elif zero3:
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)  # inside zero.Init
     elif fsdp and int(os.environ.get("RANK", "0")) > 0:
@@ -161,13 +163,15 @@ def _quant_storage(cfg: dict[str, Any], half: Any) -> Any:
     return torch.float32 if half is torch.float16 else torch.bfloat16
 
 
-def quantised_model(config: Any, target: Any, half: Any, storage: Any) -> Any:
-    """The model with NF4 (double-quantised) Linears, created on ``target`` without a whole 16-bit copy anywhere.
+def quantised_model(config: Any, target: Any, half: Any, storage: Any, home: Any = None) -> Any:
+    """The model with NF4 (double-quantised) Linears, without a whole 16-bit copy anywhere.
 
     Declared on the meta device (accelerate init_empty_weights; buffers such as the rotary frequencies stay real),
     then each block Linear becomes a bitsandbytes Linear4bit whose weight is drawn in 16 bits on ``target`` and
-    quantised there; embeddings, norms and the output layer are drawn on ``target`` in 16 bits.
+    quantised there, then kept on ``home`` (default ``target``; the host for a plan that offloads its parameters);
+    embeddings, norms and the output layer are drawn on ``home`` in 16 bits.
     """
+    home = target if home is None else home
     import bitsandbytes as bnb
     import torch
     import transformers
@@ -187,12 +191,14 @@ def quantised_model(config: Any, target: Any, half: Any, storage: Any) -> Any:
             layer.weight = bnb.nn.Params4bit(drawn, requires_grad=False, compress_statistics=True, quant_type="nf4",
                                              quant_storage=storage, module=layer).to(target)  # fmt: skip
             del drawn
+            if home != target:
+                layer.weight = layer.weight.to(home)  # the NF4 data and its quantisation state
             if target.type == "cpu":
                 _return_freed_memory()  # quantising on the host leaves freed buffers that glibc would keep
             if child.bias is not None:
-                layer.bias = torch.nn.Parameter(torch.zeros(child.out_features, dtype=half, device=target))
+                layer.bias = torch.nn.Parameter(torch.zeros(child.out_features, dtype=half, device=home))
             setattr(parent, name, layer)
-    _materialise(model, target, half, std)
+    _materialise(model, home, half, std)
     model.is_loaded_in_4bit = True  # what PEFT and the Trainer read for a bitsandbytes 4-bit base
     return model
 
