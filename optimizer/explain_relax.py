@@ -29,7 +29,7 @@ from optimizer.catalog import Catalog
 from optimizer.errors import FtoptError
 from optimizer.limits import BY_KEY, GIB, MONOTONE, REGISTRY, Limit, column
 from optimizer.schema import Objective
-from optimizer.solver import Limits, SolverSettings, cents, limits_from, seconds, solve
+from optimizer.solver import Limits, SolverSettings, limits_from, seconds, solve
 from optimizer.space import Space, build
 
 MAX_TRADEOFF_POINTS = 8  # the message lists at most this many front points (both ends always)
@@ -70,7 +70,7 @@ def names_with_plan(space: Space, limits: Limits, settings: SolverSettings, name
 
 
 def _money(space: Space, i: int) -> float:
-    return float(cents(space.cost_total[i : i + 1])[0]) / 100.0
+    return float(column(space, "budget_cents", np.array([i]))[0]) / 100.0
 
 
 def _hours(space: Space, i: int) -> float:

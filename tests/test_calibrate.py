@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from optimizer.calibrate import calibrate, predict
+from optimizer.catalog import load_catalog
 from optimizer.measure import load_cases
 from optimizer.overlay import load_overlay
 from tests.conftest import REFERENCE
@@ -255,7 +256,7 @@ def test_calibrate_cli_needs_a_scenario_for_logs(run_cli):
 
 def test_batch_applies_the_overlay_to_every_scenario(run_cli, write_scenario, overlay_7b, tmp_path: Path):
     # the overlay only slows ada x hf_deepspeed x lora x bf16 down (x1.25): the optimum cannot get cheaper, and the
-    # plan on the RTX 4090 the shipped model picks must change (slower, or another GPU)
+    # plan on the Ada card the shipped model picks (an RTX 6000 Ada at risk p90) must change (slower, or another GPU)
     path = write_scenario()
     rows = {}
     for name, extra in (("plain", ()), ("calibrated", ("--calibration", overlay_7b))):
@@ -263,7 +264,7 @@ def test_batch_applies_the_overlay_to_every_scenario(run_cli, write_scenario, ov
         assert run_cli("batch", path, "-o", out, "--workers", "1", *extra).exit_code == 0
         rows[name] = json.loads(out.read_text())
     plain, cal = rows["plain"], rows["calibrated"]
-    assert plain["gpu"] == "RTX-4090"
+    assert plain["gpu"] == "RTX-6000-Ada" and load_catalog().gpus[plain["gpu"]].arch == "ada"
     assert cal["cost"] >= plain["cost"] and (cal["hours"], cal["gpu"]) != (plain["hours"], plain["gpu"])
 
 

@@ -44,7 +44,7 @@ SAME_LAYER = {
     ("batch", "pareto"), ("report_front", "report"), ("report_portfolio", "report"), ("probe", "calibrate"),
     ("report", "report_measure"), ("cli", "cli_measure"), ("cli", "cli_portfolio"), ("timing", "comm"),
     ("activations", "pipeline"), ("comm", "memory"), ("explain", "explain_relax"), ("overheads", "memory"),
-    ("space", "hosts"), ("solver", "limits"),
+    ("space", "hosts"), ("solver", "limits"), ("space", "uncertainty"),
     ("report", "report_offer"),
 }  # fmt: skip
 TERMINAL = {"click", "rich"}  # user-interface libraries: report modules and cli only
