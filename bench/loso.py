@@ -422,7 +422,8 @@ def accuracy_section(memory: dict[str, Any], time: dict[str, Any]) -> str:
         "  # scales each plan's memory and compute time by ratio_p10 and ratio_p90. Written by `python bench/loso.py",
         "  # --write` (deterministic); tests/test_uncertainty*.py recompute every figure.",
         "  # memory: measured / predicted peak of every measured memory case, leave-one-source-out"
-        " (tests/memory_loso.py)",
+        " (tests/memory_loso.py);",
+        "  #   ratio_p99 (memory only) is what a scenario's `risk: p99` fits at (the default risk p90 uses ratio_p90)",
         f"  memory: {_flow(memory)}",
         "  # time: predicted / published tokens/s (= real / predicted compute time) of every scored case of",
         "  #   throughput_cases.yaml, _2 and _3, each predicted with constants fitted on the OTHER",
@@ -483,7 +484,7 @@ def main() -> None:
         write_doc(args.doc, table)
     if args.write:
         consts = fit([c for c in cases if c.fit], base)
-        write_calibration(consts, ratio_quantiles(memory_ratios()), accuracy)
+        write_calibration(consts, ratio_quantiles(memory_ratios(), tail=True), accuracy)
         print(f"wrote {CALIBRATION.relative_to(REPO)}")
 
 

@@ -72,7 +72,7 @@ def main() -> None:
         print(f"| {split or 'all'} | {s['cases']} | {w['median']:.1%} | {w['max']:.1%} | {s['median']:.1%} "
               f"| {s['max']:.1%} | {inside} | {statistics.median(t):.1%} | {max(t):.1%} |")  # fmt: skip
     print()
-    print(f"calibration.yaml accuracy.memory: {ratio_quantiles(heldout_ratios(results))}")
+    print(f"calibration.yaml accuracy.memory: {ratio_quantiles(heldout_ratios(results), tail=True)}")
 
 
 if __name__ == "__main__":

@@ -183,6 +183,10 @@ MUTATIONS: list[Mutation] = [
        SOLVER_TESTS, "budget rounded up to the next cent"),
     _m("solver-level-not-fixed", "solver", SOLVER, r"model\.add\(var == value\)", "model.add(var >= 0)",
        SOLVER_TESTS, "a solved level is not fixed before the tie-break"),
+    _m("solver-tolerance-ignored", "solver", SOLVER, r"model\.add\(var <= band_limit\(value, tolerance\)\)",
+       "model.add(var == value)", ["tests/test_tolerance.py"], "the tolerance band never widened (issue 20 item 5)"),
+    _m("space-risk-ignored", "solver", SPACE, r'at_risk = mem\["total"\] \* memory_risk\(scenario, cal\)',
+       'at_risk = mem["total"]', ["tests/test_risk.py"], "plans fitted at the prediction, not the risk (item 4)"),
     # ---- pareto
     _m("pareto-limit-forgotten", "pareto", PARETO, r"        if not spec\.monotone:",
        '        if not spec.monotone and spec.key != "max_cards":', ["tests/test_limits_registry.py"],
@@ -198,7 +202,7 @@ MUTATIONS: list[Mutation] = [
        "if arch.heads % tp or", ["tests/test_survivors.py", "tests/test_batch_grid.py", "tests/test_solver_oracle.py"],
        "tp must divide the KV heads"),
     _m("space-fit-filter-dropped", "space", SPACE,
-       r'fits = \(mem\["total"\] <= usable\) & np\.isfinite\(t\["hours"\]\)', 'fits = np.isfinite(t["hours"])',
+       r'fits = \(at_risk <= usable\) & np\.isfinite\(t\["hours"\]\)', 'fits = np.isfinite(t["hours"])',
        ["tests/test_scenarios.py", "tests/test_solver_oracle.py"], "plans that do not fit are kept"),
     _m("space-host-limit-ignored", "space", SPACE, r'fits &= mem\["cpu_offload"\] <= host_gib \* 2\*\*30',
        "pass", ["tests/test_scenarios.py"], "allow.max_host_memory_gib ignored"),
@@ -223,8 +227,8 @@ MUTATIONS: list[Mutation] = [
        LAUNCH_TESTS, "torchtune gradient_accumulation_steps = grad_accum x dp"),
     # ---- validator
     _m("validator-nan-hours-fit", "validator", VALID,
-       r'(fits = r\.memory\["total"\] <= r\.capacity_bytes \* \(1\.0 - sc\.headroom\)) and math\.isfinite\(r\.time'
-       r'\["hours"\]\)', r"\1", ["tests/test_validator.py"],
+       r'(fits = r\.memory\["total"\] \* ratio <= r\.capacity_bytes \* \(1\.0 - sc\.headroom\)) and '
+       r'math\.isfinite\(r\.time\["hours"\]\)', r"\1", ["tests/test_validator.py"],
        "a plan with infinite (NaN) hours accepted as fitting"),
     _m("validator-budget-rounded-down", "validator", VALID, r"elif ceil_cents\(plan_total \* exact\(rate\.rate\)\)",
        "elif int(plan_total * exact(rate.rate) * 100)", ["tests/test_survivors.py", "tests/test_validator.py"],

@@ -114,7 +114,7 @@ def solve_row(path: str, settings: SolverSettings = DEFAULT_SETTINGS, calibratio
         sc, catalog, source, space, limits = loaded.scenario, loaded.catalog, loaded.source, loaded.space, loaded.limits
         row["name"] = sc.name
         with named_limits(source):
-            out = solve(space, sc.objective, limits, settings, subset=relevant(space, limits))
+            out = solve(space, sc.objective, limits, settings, subset=relevant(space, limits), tolerance=sc.tolerance)
             rel = explain(space, sc.objective, limits, settings, catalog, source) if out.index is None else None
         row["currency"] = space.currency
         if rel is not None:

@@ -142,7 +142,7 @@ def _load_cached(offer_files: tuple[str, ...], root: str) -> Catalog:
     calibration = read_yaml(cal_path) if cal_path.exists() else {}
     if isinstance(calibration, dict) and "accuracy" in calibration:
         accuracy = validate(Accuracy, calibration["accuracy"], str(cal_path), "accuracy.")
-        calibration = {**calibration, "accuracy": accuracy.model_dump()}
+        calibration = {**calibration, "accuracy": accuracy.model_dump(exclude_none=True)}
     return Catalog(
         gpus=gpus,
         offers=offers,
@@ -250,6 +250,8 @@ def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
     if cfg.get("head_dim") is not None:  # Gemma-2: 256, not hidden / heads
         arch["head_dim"] = cfg["head_dim"]
     model_type = cfg.get("model_type")
+    if cfg.get("torch_dtype") in ("bfloat16", "float16", "float32"):  # the published weights' dtype
+        arch["torch_dtype"] = cfg["torch_dtype"]
     arch["model_type"] = str(model_type) if model_type is not None else None
     notes = []
     if model_type is not None and str(model_type) not in HF_MODEL_TYPES:

@@ -50,6 +50,16 @@ def scenario_notes(sc: Scenario, arch: ModelArch) -> list[str]:
     return [*arch.import_notes, *data_notes(sc)]
 
 
+FP16_FOR_BF16 = ("fp16 for a model published in bf16 (config.json torch_dtype bfloat16): activations or gradients "
+                 "past fp16's largest value (65,504) overflow to inf; train with dynamic loss scaling and stop on "
+                 "repeated skipped steps or a NaN loss (docs/precision.md)")  # fmt: skip
+
+
+def precision_notes(precision: str, arch: ModelArch) -> list[str]:
+    """The warning for a plan that trains a bfloat16-published model in fp16 (pinned or allow.fp16_for_bf16)."""
+    return [FP16_FOR_BF16] if precision == "fp16" and arch.torch_dtype == "bfloat16" else []
+
+
 def price_basis(offer: Offer, billed_units: dict[str, int]) -> dict[str, PriceBasis]:
     """The source of each price the bill uses (billed term -> price per card and unit, with source and date).
 

@@ -27,11 +27,11 @@ import numpy as np
 from optimizer.catalog import Catalog, default_offer_files, load_catalog
 from optimizer.errors import FtoptError, InputError
 from optimizer.explain_relax import Option, names_with_plan, single_options, tradeoff, tradeoff_text
-from optimizer.limits import MONOTONE, REGISTRY
+from optimizer.limits import MONOTONE, REGISTRY, column
 from optimizer.schema import ModelArch, Objective, PlanPins, Scenario
 from optimizer.schema_catalog import Gpu, Offer
-from optimizer.solver import Limits, SolverSettings, cents, seconds, solve
-from optimizer.space import Space, build, card_counts, tp_limit
+from optimizer.solver import Limits, SolverSettings, seconds, solve
+from optimizer.space import Space, build, card_counts, memory_risk, tp_limit
 
 # Limits field -> the scenario field a user edits to relax it; the allow-lists are the limits not monotone in cost
 FIELD_OF = {spec.key: spec.field for spec in REGISTRY}
@@ -109,6 +109,12 @@ def _batch_problem(p: PlanPins, gb: int) -> tuple[str, str] | None:
 def pin_problem(sc: Scenario, arch: ModelArch, offers: list[Offer], gpus: list[Gpu]) -> tuple[str, str]:
     """(field, message) explaining why the ``plan:`` pins admit no configuration on any offer."""
     p: PlanPins = sc.plan
+    if (arch.torch_dtype == "bfloat16" and p.precision is None and not sc.allow.fp16_for_bf16 and gpus
+            and not any(g.native_bf16 for g in gpus)):
+        names = ", ".join(sorted({g.id for g in gpus}))
+        return "allow.fp16_for_bf16", (f"{arch.name} is published in bfloat16 and no offered GPU ({names}) has bf16: "
+                                       "set allow.fp16_for_bf16: true to train it in fp16 (overflow risk, "
+                                       "docs/precision.md) or allow a GPU with bf16")  # fmt: skip
     found = _layout_problem(p, arch, offers, gpus) or _batch_problem(p, sc.global_batch)
     if found:
         return found
@@ -181,7 +187,11 @@ def explain_memory(space: Space, catalog: Catalog, source: str) -> Relaxation:
     largest = max(space.gpus, key=lambda g: g.memory_gib)
     usable = largest.memory_gib * (1 - space.scenario.headroom)
     fit = gpus_that_fit(space, catalog, source)
-    msg = (f"no configuration fits in memory: the smallest needs {need / 2**30:.1f} GiB per GPU, the largest offered "
+    ratio = memory_risk(space.scenario, {"accuracy": space.accuracy})
+    risk = space.scenario.risk.value
+    at_risk = f" ({need * ratio / 2**30:.1f} GiB at risk {risk}, x {ratio:g})" if ratio != 1 else ""
+    msg = (f"no configuration fits in memory: the smallest needs {need / 2**30:.1f} GiB per GPU{at_risk}, the largest "
+           f"offered "
            f"card ({largest.id}) has {usable:.1f} GiB usable ({largest.memory_gib:g} GiB less "
            f"{space.scenario.headroom:.0%} headroom)")  # fmt: skip
     if fit:
@@ -227,7 +237,7 @@ def _hours_needed(space: Space, i: int) -> float:
 
 
 def _money_needed(space: Space, i: int) -> float:
-    return float(cents(space.cost_total[i : i + 1])[0]) / 100.0
+    return float(column(space, "budget_cents", np.array([i]))[0]) / 100.0
 
 
 def _budget_deadline(space: Space, objective: Objective, lim: Limits, settings: SolverSettings,
@@ -300,7 +310,20 @@ def explain(space: Space, objective: Objective, limits: Limits, settings: Solver
     if space.ram_short is not None:
         rel.message += f"; {ram_text(space)}"
     _add_options(rel, space, limits, settings, catalog, source)
+    rel.message += _fp16_note(space)
     return rel
+
+
+def _fp16_note(space: Space) -> str:
+    """Why offered cards without bf16 have no plan for a bfloat16-published model (docs/precision.md)."""
+    sc, arch = space.scenario, space.job.arch
+    if arch.torch_dtype != "bfloat16" or sc.allow.fp16_for_bf16 or sc.plan.precision is not None:
+        return ""
+    without = sorted({g.id for g in space.gpus if not g.native_bf16})
+    if not without:
+        return ""
+    return (f"; {', '.join(without)} (no bf16) are not proposed for {arch.name}, published in bfloat16: "
+            "allow.fp16_for_bf16: true admits them in fp16 (overflow risk, docs/precision.md)")
 
 
 def _add_options(rel: Relaxation, space: Space, limits: Limits, settings: SolverSettings, catalog: Catalog,

@@ -30,7 +30,7 @@ from optimizer.catalog import Catalog
 from optimizer.errors import FtoptError
 from optimizer.limits import BY_KEY, GIB, MONOTONE, REGISTRY, Limit, column
 from optimizer.schema import Objective
-from optimizer.solver import Limits, SolverSettings, cents, limits_from, seconds, solve
+from optimizer.solver import Limits, SolverSettings, limits_from, seconds, solve
 from optimizer.space import Space, build
 
 HOST_GIB_MAX = 1e6  # schema.Allow.max_host_memory_gib's upper bound
@@ -72,7 +72,7 @@ def names_with_plan(space: Space, limits: Limits, settings: SolverSettings, name
 
 
 def _money(space: Space, i: int) -> float:
-    return float(cents(space.cost_total[i : i + 1])[0]) / 100.0
+    return float(column(space, "budget_cents", np.array([i]))[0]) / 100.0
 
 
 def _hours(space: Space, i: int) -> float:

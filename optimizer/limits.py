@@ -85,7 +85,7 @@ REGISTRY: tuple[Limit, ...] = (
           "raise allow.max_cards to {value}", lambda sc, _: sc.allow.max_cards),
     Limit("max_nodes", "allow.max_nodes", "at_most", "nodes", "nodes", False, True, False, "smallest",
           "raise allow.max_nodes to {value}", lambda sc, _: sc.allow.max_nodes),
-    Limit("budget_cents", "budget.amount", "at_most", "cost_cents", "cents of the report currency", True, False,
+    Limit("budget_cents", "budget.amount", "at_most", "budget_cents", "cents of the report currency", True, False,
           False, "cost", "raise budget.amount to {value}",
           lambda sc, _: _floor_scaled(sc.budget.amount, 100.0) if sc.budget else None),
     Limit("deadline_s", "deadline_hours", "at_most", "deadline_time_s", "seconds", True, False, False, "time",
@@ -105,8 +105,10 @@ def column(space: Space, name: str, rows: np.ndarray | None = None) -> np.ndarra
     """Per-candidate values of a limit's column (over ``rows`` of space.cand, default all), in the limit's units.
 
     gpu, provider: names (object arrays; providers lower-cased); cards, nodes: counts; cost_cents: the bill in the
-    report currency rounded up to the cent; deadline_time_s: the wall clock the deadline is checked at (hours plus
-    the spot margin, rounded up to the second); cpu_offload: bytes of offloaded state per node.
+    report currency rounded up to the cent; budget_cents: the same at the slow end of the time model's error when
+    the scenario sets ``risk_limits`` (space.limits_at_risk), else cost_cents; deadline_time_s: the wall clock the
+    deadline is checked at (hours plus the spot margin and the risk margin, rounded up to the second); cpu_offload:
+    bytes of offloaded state per node.
     """
     c = space.cand
     at = slice(None) if rows is None else rows
@@ -118,6 +120,8 @@ def column(space: Space, name: str, rows: np.ndarray | None = None) -> np.ndarra
         return np.asarray(getattr(c, name))[at].astype(np.int64)
     if name == "cost_cents":
         return cents(np.asarray(space.cost_total)[at])
+    if name == "budget_cents":  # the bill the budget is checked against: at the slow end under risk_limits
+        return cents(np.asarray(space.cost_total if space.budget_total is None else space.budget_total)[at])
     if name == "deadline_time_s":
         return seconds((c.time["hours"] + c.time.get("deadline_margin_hours", 0.0))[at])
     if name == "cpu_offload":

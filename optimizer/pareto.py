@@ -63,7 +63,7 @@ class Front:
 
 
 def front(space: Space, limits: Limits, objective: Objective, settings: SolverSettings = DEFAULT_SETTINGS,
-          reduce: bool = True) -> Front:  # fmt: skip
+          reduce: bool = True, tolerance: float = 0.0) -> Front:  # fmt: skip
     """Exact cost/time front of ``space`` under ``limits`` by epsilon-constraint (see module docstring).
 
     Args:
@@ -73,6 +73,8 @@ def front(space: Space, limits: Limits, objective: Objective, settings: SolverSe
         settings: CP-SAT parameters for every stage.
         reduce: hand CP-SAT only :func:`relevant` candidates (exact: every point of the front and the chosen plan
             are among them); False solves every stage over all candidates.
+        tolerance: the scenario's, for marking the plan ``solve`` chooses (a plan within the tolerance band that
+            is best on the other axis is non-dominated, so it is a point of the front).
 
     Returns:
         The front, points ordered by increasing cost (decreasing time).
@@ -95,7 +97,7 @@ def front(space: Space, limits: Limits, objective: Objective, settings: SolverSe
         eps_s = time_s - 1
     if not points:
         return Front([], None, solves)
-    chosen = solve(space, objective, limits, settings, subset).index
+    chosen = solve(space, objective, limits, settings, subset, tolerance).index
     return Front(points, chosen, solves + 1)
 
 
@@ -165,7 +167,7 @@ def pareto_scenario(
     loaded = load_space(path, overrides)
     sc, catalog, source, space, limits = loaded.scenario, loaded.catalog, loaded.source, loaded.space, loaded.limits
     with named_limits(source):
-        fr = front(space, limits, sc.objective, settings)
+        fr = front(space, limits, sc.objective, settings, tolerance=sc.tolerance)
         rel = explain(space, sc.objective, limits, settings, catalog, source) if not fr.points else None
     budget = sc.budget.amount if sc.budget else None
     if not fr.points:

@@ -23,7 +23,7 @@ from optimizer.catalog import (
     scenario_offer_files,
 )
 from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
-from optimizer.context import model_report, scenario_notes
+from optimizer.context import model_report, precision_notes, scenario_notes
 from optimizer.errors import InputError, SolverLimitError
 from optimizer.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.launch import launch_settings
@@ -34,9 +34,9 @@ from optimizer.models.uncertainty import band
 from optimizer.offer_facts import offer_report, spot_report
 from optimizer.overlay import LoadedOverlay, group_accuracy, load_overlay, usage
 from optimizer.schema import Budget, Objective, PlanPins, Scenario, Status
-from optimizer.schema_plan import CalibrationUse, CostReport, Estimate, MemoryReport, Plan, TimeReport
+from optimizer.schema_plan import CalibrationUse, CostReport, Estimate, MemoryReport, Plan, RiskUse, TimeReport
 from optimizer.solver import Limits, Outcome, SolverSettings, limits_from, solve
-from optimizer.space import MAX_JOB_HOURS, Space, bill_rows, build, enumerate_all, report_currency
+from optimizer.space import MAX_JOB_HOURS, Space, bill_rows, build, enumerate_all, memory_risk, report_currency
 from optimizer.yamlio import validate, validate_value
 
 
@@ -83,6 +83,7 @@ class SolveResult:
     candidates: int
     enumerated: int
     launch: dict | None = None  # framework settings for the best plan (launch.py)
+    trade_off: dict | None = None  # what the scenario's tolerance traded (trade_off)
 
 
 def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scenario, Catalog, str]:
@@ -172,10 +173,11 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         money = CostReport(total=offer_total, currency=offer.currency,
                            budget_currency_total=round(float(space.cost_total[i]), 2), budget_currency=space.currency)
     arch = space.job.arch
+    notes = [*scenario_notes(space.scenario, arch), *precision_notes(plan.precision.value, arch)]
     est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money, model=model_report(arch),
                    offer=offer_report(space, i, b.units), spot=spot_report(space, i),
                    requirements=requirements.for_row(space, i), checklist=checklist.for_row(space, i),
-                   notes=scenario_notes(space.scenario, arch))  # fmt: skip
+                   notes=notes)  # fmt: skip
     loaded: LoadedOverlay | None = space.overlay
     engine = engine_key(space.scenario, space.job)
     groups = (None, None) if loaded is None else (
@@ -189,8 +191,18 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         accuracy = group_accuracy(space.accuracy, loaded, *groups)
         billed = hosts.spot_offer(offer) if plan.capacity == "spot" else offer
         arch = space.gpus[oi].arch
-        est = est.model_copy(update={"uncertainty": band(est, billed, space.fx[oi], space.scenario, accuracy, arch)})
+        u = band(est, billed, space.fx[oi], space.scenario, accuracy, arch)
+        u = u.model_copy(update={"risk": risk_use(space.scenario, space.accuracy, memory.total, capacity)})
+        est = est.model_copy(update={"uncertainty": u})
     return est
+
+
+def risk_use(sc: Scenario, accuracy: dict, total: int, capacity: int) -> RiskUse:
+    """What the plan was checked at: the scenario's risk, the memory ratio (space.memory_risk) and the limits."""
+    ratio = memory_risk(sc, {"accuracy": accuracy})
+    return RiskUse(level=sc.risk.value, memory_ratio=ratio, total_at_risk=int(round(total * ratio)),
+                   usable=int(capacity * (1.0 - sc.headroom)),
+                   applies_to=["memory", "deadline", "budget"] if sc.risk_limits else ["memory"])  # fmt: skip
 
 
 DEFAULT_SETTINGS = SolverSettings()
@@ -230,10 +242,10 @@ def load_space(path: str | Path, overrides: Overrides | None = None) -> Loaded:
 
 
 def _solve_quietly(space: Space, objective: Objective, limits: Limits, settings: SolverSettings,
-                   subset: np.ndarray) -> Outcome:  # fmt: skip
+                   subset: np.ndarray, tolerance: float = 0.0) -> Outcome:  # fmt: skip
     """An extra solve (top-k, other GPU types): a time limit hit there drops the extra plan, not the answer."""
     try:
-        return solve(space, objective, limits, settings, subset=subset)
+        return solve(space, objective, limits, settings, subset=subset, tolerance=tolerance)
     except SolverLimitError:
         return Outcome(Status.infeasible, None)
 
@@ -244,7 +256,7 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     loaded = load_space(path, overrides)
     sc, catalog, source, space, limits = loaded.scenario, loaded.catalog, loaded.source, loaded.space, loaded.limits
     with named_limits(source):
-        out = solve(space, sc.objective, limits, settings)
+        out = solve(space, sc.objective, limits, settings, tolerance=sc.tolerance)
         rel = explain(space, sc.objective, limits, settings, catalog, source) if out.index is None else None
     if out.index is None:
         empty = Estimate(status=Status.infeasible, plan=None, memory=None, time=None, cost=None)
@@ -254,7 +266,7 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     excluded = np.zeros(len(space.cand), dtype=bool)
     excluded[out.index] = True
     while len(top) < top_k and not excluded.all():
-        nxt = _solve_quietly(space, sc.objective, limits, settings, ~excluded)
+        nxt = _solve_quietly(space, sc.objective, limits, settings, ~excluded, sc.tolerance)
         if nxt.index is None:
             break
         top.append(to_estimate(space, nxt.index, nxt.status))
@@ -264,16 +276,42 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     for gid in sorted(set(gpu_of)):
         if gid == best.plan.gpu:
             continue
-        alt = _solve_quietly(space, sc.objective, limits, settings, gpu_of == gid)
+        alt = _solve_quietly(space, sc.objective, limits, settings, gpu_of == gid, sc.tolerance)
         if alt.index is not None:
             alternatives.append(to_estimate(space, alt.index, alt.status))
     bound = None
     if out.bound is not None and out.status is Status.feasible:  # solver units (cents, seconds) -> cost or hours
         bound = out.bound / 100.0 if sc.objective is Objective.cost else out.bound / 3600.0
+    with named_limits(source):
+        traded = trade_off(space, limits, settings, out.index)
     per_node = next(o.cards_per_node for o in space.offers if o.id == best.plan.offer)
-    settings = launch_settings(sc, best.plan, per_node)
+    launch = launch_settings(sc, best.plan, per_node)
     counts = (len(space.cand), space.enumerated)
-    return SolveResult(sc, best, alternatives, top, None, space.currency, bound, *counts, settings)
+    return SolveResult(sc, best, alternatives, top, None, space.currency, bound, *counts, launch, traded)
+
+
+def trade_off(space: Space, limits: Limits, settings: SolverSettings, chosen: int) -> dict:
+    """What the scenario's tolerance traded: the chosen plan against the plain optimum (tolerance 0).
+
+    premium = chosen's objective / optimum's - 1 (at most the tolerance); gain = optimum's other axis / chosen's
+    (how many times faster, or cheaper, the chosen plan is). Costs in the report currency, hours of wall clock.
+    """
+    sc = space.scenario
+    strict = chosen if sc.tolerance == 0 else solve(space, sc.objective, limits, settings).index
+    strict = chosen if strict is None else strict
+    cost, hours = space.cost_total, space.cand.time["hours"]
+    first, other = (cost, hours) if sc.objective is Objective.cost else (hours, cost)
+    premium = float(first[chosen] / first[strict] - 1.0) if first[strict] > 0 else 0.0
+    gain = float(other[strict] / other[chosen]) if other[chosen] > 0 else 1.0
+    doc = {"tolerance": sc.tolerance, "objective": sc.objective.value, "traded": bool(strict != chosen),
+           "optimum": {"cost": round(float(cost[strict]), 2), "hours": round(float(hours[strict]), 6)},
+           "premium": round(premium, 6), "gain": round(gain, 6), "text": None}  # fmt: skip
+    if strict != chosen:
+        dearer, best, axis = (("dearer", "cheapest", "faster") if sc.objective is Objective.cost
+                              else ("slower", "fastest", "cheaper"))  # fmt: skip
+        doc["text"] = (f"{premium:.1%} {dearer} than the {best} plan, {gain:.3g}x {axis}; `tolerance: 0` gives the "
+                       f"{best} ({doc['optimum']['cost']:,.2f} {space.currency}, {doc['optimum']['hours']:,.1f} h)")
+    return doc
 
 
 ESTIMATE_DEFAULTS = {"tp": 1, "pp": 1, "zero_stage": 0, "offload": "none", "checkpointing": "none"}

@@ -45,6 +45,8 @@ def solve_json(result: SolveResult) -> dict[str, Any]:
             "currency": result.currency,
             **alternatives_json(r),
         }
+    if result.trade_off is not None:
+        doc["trade_off"] = result.trade_off
     if result.best.status.value == "feasible" and result.bound is not None:  # stopped by --time-limit
         objective = result.scenario.objective.value
         doc["bound"] = {"objective": objective, "value": result.bound,
@@ -205,11 +207,18 @@ def uncertainty_lines(est: Estimate) -> list[str]:
     if u is None or m is None:
         return []
     um, ut, uc = u.memory, u.time, u.cost
+    risk = u.risk
     if um.fits_p90:
         memory = "fits at the high end too"
+    elif risk is not None and risk.level == "p50":
+        memory = (f"over the card's memory at the high end (headroom: {headroom_for_p90(um.ratio_p90):.2f} in the "
+                  "scenario, or risk: p90, makes every plan allow for it)")
     else:
         memory = (f"over the card's memory at the high end (headroom: {headroom_for_p90(um.ratio_p90):.2f} in the "
                   "scenario makes every plan allow for it)")
+    if risk is not None:
+        memory += (f"; planned at risk {risk.level}: peak x {risk.memory_ratio:g} = {_gib(risk.total_at_risk)} "
+                   f"within {_gib(risk.usable)}")
     holds = [f"{name} {'met' if ok else 'MISSED'}" for name, ok in
              (("deadline", ut.meets_deadline_p90), ("budget", uc.within_budget_p90)) if ok is not None]  # fmt: skip
     return [
@@ -261,6 +270,8 @@ def print_solve(result: SolveResult, console: Console) -> None:
     proof = "proven optimal by CP-SAT" if result.best.status.value == "optimal" else (
         f"best found within the time limit; proven bound {result.bound:g}")
     console.print(f"Optimality: {proof}")
+    if result.trade_off and result.trade_off["text"]:
+        console.print(f"Trade-off: {escape(result.trade_off['text'])}")
     for i, est in enumerate(result.top[1:], start=2):
         console.print(f"#{i}: {escape(_plan_line(est))}; {est.time.hours:,.1f} h; {_cost(est):,.2f} {result.currency}")  # type: ignore[union-attr]
     if result.launch:

@@ -119,6 +119,14 @@ class Term(StrEnum):
 TERM_HOURS: dict[Term, int] = {Term.hour: 1, Term.day: 24, Term.week: 168, Term.month: 720}  # month = 30 days
 
 
+class Risk(StrEnum):
+    """The percentile of a model's held-out error (measured / predicted) a plan must hold at."""
+
+    p50 = "p50"
+    p90 = "p90"
+    p99 = "p99"
+
+
 class Objective(StrEnum):
     """What the solver minimises first; the other quantity breaks ties."""
 
@@ -205,6 +213,11 @@ class ModelArch(Strict):
         "head_dim; Gemma-2 uses 256 with hidden 3584 and 16 heads)",
     )
     model_type: str | None = Field(None, description="HF config.json model_type, when the model was imported")
+    torch_dtype: Literal["bfloat16", "float16", "float32"] | None = Field(
+        None, description="dtype of the published weights (config.json torch_dtype): a bfloat16 model is not trained "
+        "in fp16 unless allow.fp16_for_bf16 (docs/precision.md)"
+    )
+    torch_dtype_source: str | None = Field(None, description="where torch_dtype comes from")
     source: str | None = Field(None, description="where the architecture comes from")
     notes: str | None = None
     import_notes: tuple[str, ...] = Field((), description="what ftopt assumed or noticed when reading the model")
@@ -519,6 +532,10 @@ class Allow(Strict):
         description="host RAM per node that offloading may use (GiB); also the RAM of offers that state none",
     )
     spot: bool = Field(False, description="allow interruptible (spot) capacity where the offer prices it")
+    fp16_for_bf16: bool = Field(
+        False, description="allow fp16 mixed precision for a model published in bfloat16 on cards without bf16 "
+        "(V100, T4): overflow risk, so off unless allowed; the plan then carries a warning (docs/precision.md)"
+    )
 
 
 def _term_from_plan(value: Any) -> Any:
@@ -595,10 +612,23 @@ class Scenario(Strict):
         None, gt=0, le=1e6, allow_inf_nan=False, description="wall-clock limit including start-up and checkpoint saves"
     )
     objective: Objective = Field(Objective.cost, description="minimised first; the other breaks ties")
+    tolerance: Float = Field(
+        0.05, ge=0, le=1, description="fraction over the objective's optimum accepted for a better other axis: "
+        "among plans within it, the fastest (objective cost) or cheapest (objective time) is chosen; 0 gives the "
+        "plain optimum (docs/trade-offs.md)"
+    )
     catalog: str | list[str] | None = Field(None, description="offer catalog file(s); default all built-in offers")
     allow: Allow = Field(Allow(), description="allow-lists and limits on the plan")
     plan: PlanPins = Field(PlanPins(), description="decision variables to pin; solve optimises the rest")
     headroom: Float = Field(0.05, ge=0, lt=0.9, description="fraction of card memory kept free")
+    risk: Risk = Field(
+        Risk.p90, description="percentile of the memory model's held-out error a plan must fit at: its peak x that "
+        "percentile's measured/predicted ratio within capacity less headroom (p99 is memory only)"
+    )
+    risk_limits: bool = Field(
+        False, description="true: the deadline and the budget must also hold at the risk percentile of the time "
+        "model's error (hours and bill of the slow end); p50 or p90"
+    )
     calibration: str | None = Field(
         None, description="calibration overlay file (ftopt calibrate -o FILE), relative to the scenario file"
     )

@@ -237,11 +237,12 @@ class RatioBand(Strict):
     ratio_p10: PositiveFloat
     ratio_p50: PositiveFloat
     ratio_p90: PositiveFloat
+    ratio_p99: PositiveFloat | None = None  # memory only: the tail a scenario's ``risk: p99`` fits at
 
     @model_validator(mode="after")
     def _ordered(self) -> RatioBand:
-        if not self.ratio_p10 <= self.ratio_p50 <= self.ratio_p90:
-            raise ValueError("percentiles must be ordered: ratio_p10 <= ratio_p50 <= ratio_p90")
+        if not self.ratio_p10 <= self.ratio_p50 <= self.ratio_p90 <= (self.ratio_p99 or self.ratio_p90):
+            raise ValueError("percentiles must be ordered: ratio_p10 <= ratio_p50 <= ratio_p90 <= ratio_p99")
         return self
 
 

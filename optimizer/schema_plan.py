@@ -106,12 +106,23 @@ class CostBand(Strict):
     within_budget_p90: bool | None
 
 
+class RiskUse(Strict):
+    """The risk the plan was chosen at: the scenario's ``risk`` and ``risk_limits`` (docs/robust-plans.md)."""
+
+    level: str  # p50 | p90 | p99
+    memory_ratio: float  # the memory model's measured / predicted ratio at that percentile
+    total_at_risk: int  # per-GPU peak x memory_ratio (bytes), required within capacity x (1 - headroom)
+    usable: int  # capacity x (1 - headroom), bytes
+    applies_to: list[str]  # ["memory"], or ["memory", "deadline", "budget"] with risk_limits
+
+
 class Uncertainty(Strict):
     """How far reality may lie from the prediction, from the models' held-out errors (models/uncertainty.py)."""
 
     memory: MemoryBand
     time: TimeBand
     cost: CostBand
+    risk: RiskUse | None = None
 
 
 class CalibrationGroupUse(Strict):

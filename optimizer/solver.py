@@ -116,6 +116,9 @@ class _Columns:
             "capacity": c.capacity.astype(np.int64),
             "deadline_time_s": column(space, "deadline_time_s"),
         }
+        for spec in REGISTRY:  # a limit's own column (the budget's bill at the slow end under risk_limits)
+            if spec.kind == "at_most" and spec.column not in self.values:
+                self.values[spec.column] = column(space, spec.column)
         simpler = np.column_stack([c.nodes, c.cards, c.cfg.zero_stage, c.cfg.offload, c.cfg.checkpointing, c.cfg.tp])
         order = sorted(range(len(c)), key=lambda i: (*simpler[i].tolist(), gpu_ids[i], offer_ids[i],
                                                      int(c.capacity[i])))  # fmt: skip
@@ -225,8 +228,12 @@ def status_of(code: int) -> Status | None:
 
 
 def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSettings = SolverSettings(),
-          subset: np.ndarray | None = None) -> Outcome:  # fmt: skip
+          subset: np.ndarray | None = None, tolerance: float = 0.0) -> Outcome:  # fmt: skip
     """Lexicographic optimum over the candidates in ``subset`` (default all) under ``limits``.
+
+    ``tolerance`` (the scenario's, docs/trade-offs.md): after the first level's optimum v*, the first objective is
+    bounded by floor(v* x (1 + tolerance)) instead of fixed at v*; the other objective is minimised within that
+    band, then the first objective again, then rank. 0 is the plain lexicographic optimum.
 
     ``settings.time_limit_s`` bounds the whole call. When CP-SAT stops early with a solution the outcome is
     ``feasible`` with the proven lower bound of the first objective (cents or seconds); when it stops before
@@ -253,7 +260,10 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
     chosen: int | None = None
     first_value: int | None = None
     first_bound: float | None = None
-    for level, var in enumerate([x[levels[0]], x[levels[1]], x["rank"]]):
+    # with a tolerance: min first, min second within the band, min first again (second fixed), min rank
+    names = [levels[0], levels[1], levels[0], "rank"] if tolerance > 0 else [levels[0], levels[1], "rank"]
+    stages = [x[name] for name in names]
+    for level, var in enumerate(stages):
         model.minimize(var)
         if settings.model_path and level == 0:
             model.export_to_file(settings.model_path)
@@ -278,12 +288,22 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
         if result is Status.feasible:
             status = Status.feasible
             break
-        column = cols.values[levels[level]] if level < 2 else cols.rank
-        ok &= column == value
-        if np.count_nonzero(ok) == 1 and ok[chosen]:  # one admitted candidate ties: the later levels are decided
+        column = cols.rank if names[level] == "rank" else cols.values[names[level]]
+        if level == 0 and tolerance > 0:
+            bound = band_limit(value, tolerance)
+            ok &= column <= bound
+            model.add(var <= bound)
+        else:
+            ok &= column == value
+            model.add(var == value)
+        if np.count_nonzero(ok) == 1 and ok[chosen]:  # one admitted candidate left: the later levels are decided
             break
-        model.add(var == value)
     return Outcome(status, chosen, first_value, first_bound)
+
+
+def band_limit(optimum: int, tolerance: float) -> int:
+    """The largest first-objective value within ``tolerance`` of the optimum: floor(optimum x (1 + tolerance))."""
+    return int(math.floor(round(optimum * (1.0 + tolerance), 6)))
 
 
 def _core(solver: cp_model.CpSolver, lits: dict[str, cp_model.IntVar]) -> list[str]:

@@ -14,6 +14,7 @@ pruning never removes a plan that a constraint would prefer.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ from optimizer.models.engines import (
     scenario_refusals,
 )
 from optimizer.models.pipeline import chunks_refusal, engine_chunks
+from optimizer.models.uncertainty import hours_at, risk_ratio, time_ratios
 from optimizer.overlay import apply as apply_overlay
 from optimizer.schema import Checkpointing, Offload, Precision, Scenario
 from optimizer.schema_catalog import Gpu, Offer
@@ -124,6 +126,7 @@ class Space:
     # of the configurations that fit the card but not the node's host RAM, the closest to fitting: its need (bytes
     # per node), offer id and the RAM its node has (explain.py names them when nothing else fits)
     ram_short: tuple[int, str, int] | None = None
+    budget_total: np.ndarray | None = None  # risk_limits: the bill at the slow end, checked against the budget
 
 
 # ------------------------------------------------------------------------------------------------ job and offers
@@ -239,10 +242,16 @@ def layouts(
     return out
 
 
-def _precisions(scenario: Scenario, gpu: Gpu, fallback: Precision = Precision.fp16) -> list[int]:
-    """The pinned precision where the GPU runs it; else bf16, or the engine's ``fallback`` without native bf16."""
+def _precisions(scenario: Scenario, gpu: Gpu, fallback: Precision = Precision.fp16, bf16_model: bool = False
+                ) -> list[int]:  # fmt: skip
+    """The pinned precision where the GPU runs it; else bf16, or the engine's ``fallback`` without native bf16.
+
+    A model published in bfloat16 is not proposed in fp16 (docs/precision.md) unless allow.fp16_for_bf16.
+    """
     if scenario.plan.precision is not None:
         return [PRECISION.index(scenario.plan.precision)] if gpu.peak_tflops(scenario.plan.precision) else []
+    if not gpu.native_bf16 and fallback is Precision.fp16 and bf16_model and not scenario.allow.fp16_for_bf16:
+        return []
     return [PRECISION.index(Precision.bf16 if gpu.native_bf16 else fallback)]
 
 
@@ -300,7 +309,7 @@ def grid(
         block = blocks.get((tuple(mbs), zo_lay))
         if block is None:
             block = blocks[(tuple(mbs), zo_lay)] = _zmc_block(list(zo_lay), mbs, cks)
-        for prec in _precisions(scenario, gpus[lay.offer], fallback):
+        for prec in _precisions(scenario, gpus[lay.offer], fallback, job.arch.torch_dtype == "bfloat16"):
             picked.append(block)
             heads.append((li, prec, block.shape[0]))
     n_rows = sum(h[2] for h in heads)
@@ -402,7 +411,8 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
         arch = np.array([g.arch for g in gpus], dtype=object)[offer_idx]
         mem, t = apply_overlay(cal["overlay"], mem, t, arch, cfg.precision, engines.engine_key(scenario, job),
                                job.method.value, job.steps)  # fmt: skip
-    fits = (mem["total"] <= usable) & np.isfinite(t["hours"]) & (hw.peak_flops > 0)
+    at_risk = mem["total"] * memory_risk(scenario, cal)  # the peak at the scenario's risk percentile must fit
+    fits = (at_risk <= usable) & np.isfinite(t["hours"]) & (hw.peak_flops > 0)
     pinned_chunks = scenario.plan.virtual_pipeline
     if pinned_chunks is not None and pinned_chunks > 1:  # a pin launches exactly its chunks (models/pipeline.py)
         fits &= t["pipeline_chunks"] == pinned_chunks
@@ -564,8 +574,43 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
         cand = cand.take(finite)
         totals = totals[finite]
         bills_out = [b for b, f in zip(bills_out, finite, strict=True) if f]
+    budget_total = None
+    if scenario.risk_limits:  # the deadline and budget hold at the slow end: margin and bill at the risk's hours
+        cand, budget_total = limits_at_risk(job, scenario, catalog.calibration.get("accuracy", {}), cand, offers, fx)
     return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, len(ev), int(ev.fits.sum()), need,
                  catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"),
                  catalog.calibration.get("hosts", {}),
                  ram_short_summary(ev, offers, catalog.calibration.get("hosts", {}),
-                                   scenario.allow.max_host_memory_gib))  # fmt: skip
+                                   scenario.allow.max_host_memory_gib),
+                 budget_total)  # fmt: skip
+
+
+def memory_risk(scenario: Scenario, calibration: Mapping[str, Any]) -> float:
+    """The memory model's measured / predicted ratio at the scenario's ``risk`` (uncertainty.risk_ratio)."""
+    try:
+        return risk_ratio(calibration.get("accuracy", {}).get("memory"), scenario.risk.value)
+    except KeyError as exc:
+        raise InputError("scenario", "risk", f"{exc.args[0]} in calibration.yaml accuracy.memory; "
+                         "use risk p50 or p90") from None  # fmt: skip
+
+
+def limits_at_risk(job: Job, scenario: Scenario, accuracy: Mapping[str, Any], cand: Evaluated, offers: list[Offer],
+                   fx: list[float]) -> tuple[Evaluated, np.ndarray]:  # fmt: skip
+    """``risk_limits``: the rows with the deadline margin grown to the slow end, and each row's bill there.
+
+    hours_r = fixed + compute x r (uncertainty.hours_at), r the time model's ratio at ``risk`` for the row's group;
+    the deadline is checked at hours + margin, so the margin grows by hours_r - hours; the budget is checked
+    against the cheapest bill for hours_r.
+    """
+    precision = [PRECISION[int(p)].value for p in cand.cfg.precision]
+    try:
+        ratio = time_ratios(accuracy, scenario.training.framework.value, precision, cand.nodes, scenario.risk.value)
+    except KeyError as exc:
+        raise InputError("scenario", "risk_limits", f"{exc.args[0]} for the time model; use risk p50 or p90 "
+                         "with risk_limits") from None  # fmt: skip
+    t = cand.time
+    slow = hours_at(t["hours"], job.steps, t["step_seconds"], ratio)
+    margin = t.get("deadline_margin_hours", np.zeros(len(cand))) + np.maximum(slow - t["hours"], 0.0)
+    cand = dataclasses.replace(cand, time={**t, "deadline_margin_hours": margin})
+    slow_rows = dataclasses.replace(cand, time={**t, "hours": np.maximum(slow, t["hours"])})
+    return cand, bill_rows(slow_rows, scenario, offers, fx)[0]

@@ -350,8 +350,14 @@ def _host_ram_rule(sc: Scenario, r: Recomputed, offer: Offer | None, hosts_cal: 
             f"{float(have) / 2**30:,.1f} GiB on {offer.id}")  # fmt: skip
 
 
+def _risk_ratio(sc: Scenario, catalog: Catalog) -> float:
+    """The memory model's measured / predicted ratio at the scenario's ``risk``, read from calibration.yaml."""
+    band = catalog.calibration.get("accuracy", {}).get("memory") or {}
+    return float(band.get(f"ratio_{sc.risk.value}", 1.0)) if band else 1.0
+
+
 def _model_rules(est: Estimate, sc: Scenario, r: Recomputed, offer: Offer | None = None,
-                 cal: dict | None = None) -> list[str]:  # fmt: skip
+                 cal: dict | None = None, ratio: float = 1.0) -> list[str]:  # fmt: skip
     m, t = est.memory, est.time
     assert m is not None and t is not None
     out = [f"memory.{k} = {getattr(m, k)} but recomputed {r.memory[k]}" for k in MEMORY_KEYS
@@ -360,7 +366,7 @@ def _model_rules(est: Estimate, sc: Scenario, r: Recomputed, offer: Offer | None
         out.append(f"memory.cpu_offload = {m.cpu_offload} but recomputed {r.memory['cpu_offload']}")
     if m.capacity != r.capacity_bytes:
         out.append(f"memory.capacity = {m.capacity} but the GPU has {r.capacity_bytes}")
-    fits = r.memory["total"] <= r.capacity_bytes * (1.0 - sc.headroom) and math.isfinite(r.time["hours"])
+    fits = r.memory["total"] * ratio <= r.capacity_bytes * (1.0 - sc.headroom) and math.isfinite(r.time["hours"])
     host_gib = sc.allow.max_host_memory_gib
     if host_gib is not None and r.memory["cpu_offload"] > host_gib * 2**30:
         fits = False
@@ -373,7 +379,8 @@ def _model_rules(est: Estimate, sc: Scenario, r: Recomputed, offer: Offer | None
     if m.fits != fits:
         out.append(f"memory.fits = {m.fits} but recomputed {fits}")
     if not fits:
-        out.append(f"does not fit: {r.memory['total']:,} bytes > {1 - sc.headroom:.0%} of {r.capacity_bytes:,}")
+        out.append(f"does not fit: {r.memory['total']:,} bytes x {ratio:g} (risk {sc.risk.value}) > "
+                   f"{1 - sc.headroom:.0%} of {r.capacity_bytes:,}")
     for key, decimals in TIME_DECIMALS.items():
         got, want = getattr(t, key), r.time[key]
         if not math.isclose(got, want, rel_tol=1e-9, abs_tol=0.6 * 10**-decimals):
@@ -424,7 +431,7 @@ def check_plan(scenario: Scenario, catalog: Catalog, estimate: Estimate, arch: M
     ]
     out = [msg for rule in rules for msg in rule()]
     r = recompute(scenario, catalog, arch, p, gpu, offer)
-    out += _model_rules(estimate, scenario, r, offer, catalog.calibration.get("hosts"))
+    out += _model_rules(estimate, scenario, r, offer, catalog.calibration.get("hosts"), _risk_ratio(scenario, catalog))
     billed = hosts.spot_offer(offer) if p.capacity == "spot" and offer.spot is not None else offer
     return out + _bill_rules(estimate, scenario, catalog, billed, r) if math.isfinite(r.time["hours"]) else out
 

@@ -72,8 +72,12 @@ def _loop_grid(scenario, job, lays, gpus):
         gpu = gpus[lay.offer]
         if pins.precision is not None:  # the pinned precision where the GPU runs it
             precs = [PRECISION.index(pins.precision)] if gpu.peak_tflops(pins.precision) else []
-        else:  # bf16, or fp16 on a GPU without native bf16 (grid's default fallback)
-            precs = [PRECISION.index(Precision.bf16 if gpu.native_bf16 else Precision.fp16)]
+        elif gpu.native_bf16:
+            precs = [PRECISION.index(Precision.bf16)]
+        elif job.arch.torch_dtype == "bfloat16" and not scenario.allow.fp16_for_bf16:
+            precs = []  # a bf16-published model is not trained in fp16 unless allowed (docs/precision.md)
+        else:  # fp16 on a GPU without native bf16 (grid's default fallback)
+            precs = [PRECISION.index(Precision.fp16)]
         for prec in precs:
             rows.extend((li, z, o, m, ck, prec) for z, o in zo for m in mbs for ck in cks)
     return np.array(rows, dtype=np.int64).reshape(-1, 6)

@@ -48,7 +48,7 @@ SAME_LAYER = {
     ("report", "report_measure"), ("cli", "cli_measure"), ("cli", "cli_portfolio"), ("timing", "comm"),
     ("activations", "pipeline"), ("comm", "memory"), ("explain", "explain_relax"), ("overheads", "memory"),
     ("space", "hosts"), ("solver", "limits"), ("atomic", "errors"), ("inputfile", "errors"),
-    ("report_portfolio", "report_front"),
+    ("report_portfolio", "report_front"), ("space", "uncertainty"),
     ("report", "report_offer"),
     ("html_svg", "html_shell"), ("html_plan", "html_shell"), ("html_plan", "html_svg"), ("html_plan", "report"),
     ("html_front", "html_shell"), ("html_front", "html_svg"), ("html_front", "html_plan"),

@@ -77,7 +77,9 @@ def test_estimate_accepts_every_reference_case(case, with_notes, tmp_path):
 def test_estimate_cli_answers_a_reference_case_with_the_json_contract(run_cli, tmp_path):
     case = next(c for c in CASES if c["id"] == "mem-peft-llama2-70b-qlora-zero3-2xa100-40g")
     path = tmp_path / "case.yaml"
-    path.write_text(yaml.safe_dump(case["scenario"], sort_keys=False))
+    # the measured run itself: fitted at the median error without headroom (it ran; at the default risk p90 it
+    # would be judged too close to the card)
+    path.write_text(yaml.safe_dump({**case["scenario"], "risk": "p50", "headroom": 0.0}, sort_keys=False))
     result = run_cli("estimate", path, "--json")
     assert result.exit_code == 0, result.output
     assert set(json.loads(result.stdout)["memory"]) == MEMORY_KEYS

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from optimizer import hosts
+from optimizer.catalog import load_catalog
 from optimizer.models import overheads
 from optimizer.planner import estimate_scenario, solve_scenario
 from optimizer.validator import check_plan
@@ -158,13 +159,14 @@ def test_fit_is_judged_against_the_offers_usable_memory_not_the_nominal_size(tmp
     # one configuration well below the nominal 80 GiB; an offer whose usable size is 0.1% above its peak fits it,
     # one 0.1% below does not, although both cards are nominally the same H100 SXM
     pins = {"gpu": "H100-SXM", "cards": 1, "micro_batch": 1, "checkpointing": "full"}
+    ratio = load_catalog().calibration["accuracy"]["memory"]["ratio_p90"]  # the default risk p90 fits total x it
     fits = {}
     for name, factor in (("above", 1.001), ("below", 0.999)):
         probe = write(tmp_path, scenario_doc(headroom=0.0, catalog=str(write_offers(
             tmp_path, [offer(f"probe-{name}", "H100-SXM", 1.0)], f"p-{name}.yaml"))), f"p-{name}.s.yaml")  # fmt: skip
         total = estimate_scenario(probe, pins).memory.total  # type: ignore[union-attr]
-        assert total < 80 * 2**30 * 0.9
-        o = offer(f"usable-{name}", "H100-SXM", 1.0, usable_memory_mib=total / 2**20 * factor)
+        assert total * ratio < 80 * 2**30 * 0.9
+        o = offer(f"usable-{name}", "H100-SXM", 1.0, usable_memory_mib=total * ratio / 2**20 * factor)
         path = write(tmp_path, scenario_doc(headroom=0.0, catalog=str(write_offers(tmp_path, [o], f"{name}.yaml"))),
                      f"{name}.s.yaml")  # fmt: skip
         fits[name] = estimate_scenario(path, pins).memory.fits  # type: ignore[union-attr]

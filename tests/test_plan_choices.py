@@ -29,9 +29,11 @@ def test_flash_attention_needs_compute_capability_8_or_an_mi300(catalog):
 
 
 def test_a_v100_plan_runs_sdpa_not_flash(run_cli, write_scenario):
-    path = write_scenario(allow={"gpus": ["V100-32G"]}, catalog="us")
+    # Llama-3.1-8B is published in bf16: V100 plans need allow.fp16_for_bf16 (docs/precision.md)
+    # (the us catalog's V100 is the PCIe card, catalogs/offers/us.yaml akash-v100-32g-pcie)
+    path = write_scenario(allow={"gpus": ["V100-PCIe-32G"], "fp16_for_bf16": True}, catalog="us")
     doc = json.loads(run_cli("solve", path, "--json").stdout)
-    assert doc["plan"]["gpu"] == "V100-32G"
+    assert doc["plan"]["gpu"] == "V100-PCIe-32G"
     assert doc["plan"]["attention"] == "sdpa"
     a100 = json.loads(run_cli("solve", write_scenario("a100.yaml", allow={"gpus": ["A100-80G"]}), "--json").stdout)
     assert a100["plan"]["attention"] == "flash"

@@ -298,6 +298,8 @@ def oracle_points(sc: Scenario, catalog: Catalog, arch: ModelArch, currency: str
         gpu = catalog.gpus[offer.gpu]
         fallback = Precision(cal["frameworks"]["no_bf16_precision"][sc.training.framework.value])
         prec = Precision.bf16 if gpu.native_bf16 else fallback
+        if prec is Precision.fp16 and arch.torch_dtype == "bfloat16" and not sc.allow.fp16_for_bf16:
+            continue  # a bf16-published model is not trained in fp16 unless allowed (docs/precision.md)
         hw_cache: dict[tuple[int, int], Any] = {}
         for cards, nodes, tp, dp, zero, off, mb, ck in _configs(sc, arch, offer, catalog):
             if nodes > offer.max_nodes:
@@ -310,9 +312,10 @@ def oracle_points(sc: Scenario, catalog: Catalog, arch: ModelArch, currency: str
     mem, offload, hours = _evaluate(job, cfgs, hws, cal, rows)
     points: list[Point] = []
     bills: dict[tuple[str, float], Any] = {}
+    ratio = float(cal["accuracy"]["memory"][f"ratio_{sc.risk.value}"])  # the peak at the scenario's risk must fit
     for (offer, cards, nodes), total, host, h in zip(rows, mem, offload, hours, strict=True):
         usable = hosts.capacity_bytes(catalog.gpus[offer.gpu], offer) * (1.0 - sc.headroom)
-        if total > usable or not math.isfinite(h) or not _host_ram_ok(offer, cards, host, cal,
+        if total * ratio > usable or not math.isfinite(h) or not _host_ram_ok(offer, cards, host, cal,
                                                                        sc.allow.max_host_memory_gib):
             continue
         if (offer.id, h) not in bills:
@@ -322,14 +325,19 @@ def oracle_points(sc: Scenario, catalog: Catalog, arch: ModelArch, currency: str
     return points
 
 
-def oracle_best(sc: Scenario, catalog: Catalog, points: list[Point]) -> tuple[int, int] | None:
-    """Lexicographic minimum of (cents, seconds) or (seconds, cents) over the points meeting every limit."""
+def oracle_best(sc: Scenario, catalog: Catalog, points: list[Point], tolerance: float = 0.0
+                ) -> tuple[int, int] | None:  # fmt: skip
+    """Lexicographic minimum of (cents, seconds) or (seconds, cents) over the points meeting every limit.
+
+    With a ``tolerance`` (docs/trade-offs.md): among the points whose first key is within floor(best x (1 +
+    tolerance)), the least (second, first) key, returned as (first, second).
+    """
     allow = sc.allow
     gpus = {catalog.gpu_id(g) for g in allow.gpus} if allow.gpus else None
     providers = {p.lower() for p in allow.providers} if allow.providers else None
     budget = floor_cents(sc.budget.amount) if sc.budget else None
     deadline = floor_seconds(sc.deadline_hours) if sc.deadline_hours else None
-    best = None
+    kept: list[tuple[int, int]] = []
     for p in points:
         if (gpus is not None and p.offer.gpu not in gpus) or (providers and p.offer.provider.lower() not in providers):
             continue
@@ -338,8 +346,12 @@ def oracle_best(sc: Scenario, catalog: Catalog, points: list[Point]) -> tuple[in
         if (budget is not None and p.cents > budget) or (deadline is not None and p.seconds > deadline):
             continue
         key = (p.cents, p.seconds) if sc.objective.value == "cost" else (p.seconds, p.cents)
-        best = key if best is None or key < best else best
-    return best
+        kept.append(key)
+    if not kept or tolerance == 0:
+        return min(kept, default=None)
+    band = math.floor(round(min(kept)[0] * (1 + tolerance), 6))
+    second, first = min((k[1], k[0]) for k in kept if k[0] <= band)
+    return first, second
 
 
 def _draw_limits(rng: random.Random, sc: Scenario, points: list[Point]) -> Scenario:
@@ -425,7 +437,7 @@ def test_solve_scenario_with_an_offers_file_matches_the_oracle(seed: int, tmp_pa
     path.write_text(yaml.safe_dump(doc))
     sc, catalog, _ = prepare(path)  # the scenario and catalog the solve used, as loaded from the files
     points = oracle_points(sc, catalog, inst.arch, space.report_currency(sc, catalog.offers))
-    want = oracle_best(sc, catalog, points)
+    want = oracle_best(sc, catalog, points, sc.tolerance)
     try:
         result = solve_scenario(path)
     except InputError as exc:  # pins that admit no configuration: one line naming the plan field

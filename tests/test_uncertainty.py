@@ -33,7 +33,7 @@ PINS = {"gpu": "A100-80G", "cards": 2, "zero_stage": 3, "micro_batch": 2, "check
 
 
 def test_memory_percentiles_are_those_of_leave_one_source_out(catalog):
-    assert catalog.calibration["accuracy"]["memory"] == ratio_quantiles(memory_loso_ratios(memory_loso()))
+    assert catalog.calibration["accuracy"]["memory"] == ratio_quantiles(memory_loso_ratios(memory_loso()), tail=True)
 
 
 @pytest.mark.timeout(600)  # may compute the session's LOSO fixture (13 folds x 109 cases)
@@ -153,7 +153,11 @@ def test_solve_json_carries_the_band_and_text_shows_it(run_cli, write_scenario):
     doc = json.loads(run_cli("solve", path, "--json").stdout)
     assert list(doc)[:6] == ["status", "plan", "memory", "time", "cost", "uncertainty"]
     assert {"offer", "requirements", "checklist"} <= set(doc)  # the offer keys of issue 13 follow the band
-    assert set(doc["uncertainty"]) == {"memory", "time", "cost"}
+    assert set(doc["uncertainty"]) == {"memory", "time", "cost", "risk"}
+    risk = doc["uncertainty"]["risk"]  # the default risk p90: the peak x ratio_p90 within capacity less headroom
+    assert risk["level"] == "p90" and risk["memory_ratio"] == doc["uncertainty"]["memory"]["ratio_p90"]
+    assert risk["total_at_risk"] == doc["uncertainty"]["memory"]["total_p90"] <= risk["usable"]
+    assert risk["usable"] == int(doc["memory"]["capacity"] * 0.95) and risk["applies_to"] == ["memory"]
     text = run_cli("solve", path).stdout
     assert re.search(r"Uncertainty \(10th-90th percentile of measured/predicted on \d+ \+ \d+ held-out cases\)", text)
     assert "at the slow end: deadline met" in text

@@ -23,7 +23,9 @@ def _with_headroom(tmp_path, headroom: float):
     # 7B LoRA on 24 GB cards (any count, any configuration): the cheapest plan packs the card when headroom allows
     doc = yaml.safe_load((REPO / "scenarios" / "7b-lora.yaml").read_text())
     path = tmp_path / "7b-lora-headroom.yaml"
-    doc = {**doc, "catalog": "us", "headroom": headroom, "plan": {"gpu": "RTX-4090"}}
+    # risk p50: the plan is fitted at the median error, so the headroom advice is what covers the p90 (risk p90,
+    # the default, makes that advice unneeded: tests/test_risk.py)
+    doc = {**doc, "catalog": "us", "headroom": headroom, "plan": {"gpu": "RTX-4090"}, "risk": "p50"}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -55,8 +57,9 @@ def test_fits_p90_compares_the_high_end_with_the_card_not_with_the_headroom(tmp_
     # at the advised headroom h a configuration at 66.4% of an L40S's usable 45,776 MiB fits (<= 1 - h = 79%); its
     # p90 peak (x 1.256 = 83%) is over the headroom-reduced capacity but within the card: fits_p90, where the old
     # comparison warned
-    h = headroom_for_p90(catalog.calibration["accuracy"]["memory"]["ratio_p90"])
-    pins = {"gpu": "L40S", "cards": 1, "micro_batch": 1, "checkpointing": "full", "offload": "none",
+    # (risk p50 fits the peak x ratio_p50 = 1.036: three hundredths less headroom leave room for that)
+    h = headroom_for_p90(catalog.calibration["accuracy"]["memory"]["ratio_p90"]) - 0.03
+    pins = {"gpu": "L40S", "cards": 1, "micro_batch": 1, "checkpointing": "selective", "offload": "none",
             "zero_stage": 3}
     est = estimate_scenario(_with_headroom(tmp_path, h), pins)
     m, u = est.memory, est.uncertainty.memory

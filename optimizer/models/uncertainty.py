@@ -39,9 +39,11 @@ from optimizer.schema_catalog import Offer
 from optimizer.schema_plan import CostBand, Estimate, MemoryBand, TimeBand, Uncertainty
 
 QUANTILES = {"ratio_p10": 0.10, "ratio_p50": 0.50, "ratio_p90": 0.90}
+TAIL = {"ratio_p99": 0.99}  # written for memory only: what ``risk: p99`` fits at
+RISK_KEY = {"p50": "ratio_p50", "p90": "ratio_p90", "p99": "ratio_p99"}
 
 
-def ratio_quantiles(ratios: Sequence[float], method: str = "linear") -> dict[str, float | int]:
+def ratio_quantiles(ratios: Sequence[float], method: str = "linear", tail: bool = False) -> dict[str, float | int]:
     """``cases`` and the 10th, 50th and 90th percentiles of measured / predicted ratios, to 3 decimals.
 
     The 10th percentile is rounded down and the 90th up (the band never shrinks by rounding), the median to nearest.
@@ -52,7 +54,7 @@ def ratio_quantiles(ratios: Sequence[float], method: str = "linear") -> dict[str
     if values.size == 0 or not np.isfinite(values).all() or (values <= 0).any():
         raise ValueError("ratios must be a non-empty list of positive finite numbers")
     out: dict[str, float | int] = {"cases": int(values.size)}
-    for key, q in QUANTILES.items():  # p10 rounded down and p90 up, so the band keeps the cases at its ends
+    for key, q in {**QUANTILES, **(TAIL if tail else {})}.items():  # p10 down, p90 and p99 up: the band keeps its ends
         thousandths = float(np.quantile(values, q, method=method)) * 1000.0
         outward = {True: math.floor(thousandths + 1e-6), False: math.ceil(thousandths - 1e-6)}
         out[key] = (outward[q < 0.5] if q != 0.5 else round(thousandths)) / 1000.0
@@ -66,6 +68,39 @@ def headroom_for_p90(ratio_p90: float) -> float:
     the warning (0 when r_p90 <= 1).
     """
     return math.ceil((1.0 - 1.0 / ratio_p90) * 100.0 - 1e-9) / 100.0 if ratio_p90 > 1.0 else 0.0
+
+
+def risk_ratio(band: Mapping[str, Any] | None, risk: str) -> float:
+    """The measured / predicted ratio at the scenario's ``risk`` percentile of one model's band (1 without a band).
+
+    A plan holds at that risk when its prediction x this ratio meets the limit: the memory peak x r fits the card's
+    capacity less headroom, and (``risk_limits``) the hours and bill at ``fixed + compute x r`` meet the deadline
+    and budget (:func:`hours_at`).
+    """
+    if not band:
+        return 1.0
+    value = band.get(RISK_KEY[risk])
+    if value is None:
+        raise KeyError(f"the model's error band has no {RISK_KEY[risk]}")
+    return float(value)
+
+
+def hours_at(hours: np.ndarray, steps: int, step_seconds: np.ndarray, ratio: np.ndarray | float) -> np.ndarray:
+    """Wall clock with the compute time scaled by ``ratio``: fixed + (hours - fixed) x ratio (module docstring)."""
+    compute = steps * np.asarray(step_seconds, dtype=np.float64) / 3600.0
+    fixed = np.maximum(np.asarray(hours, dtype=np.float64) - compute, 0.0)
+    return fixed + compute * ratio
+
+
+def time_ratios(accuracy: Mapping[str, Any], framework: str, precision: Sequence[str], nodes: np.ndarray,
+                risk: str) -> np.ndarray:  # fmt: skip
+    """Per row, the time model's ratio at ``risk`` for the row's group (:func:`time_band`); 1 without a band."""
+    if not accuracy:
+        return np.ones(len(nodes))
+    out = np.empty(len(nodes))
+    for i, (prec, n) in enumerate(zip(precision, np.asarray(nodes).tolist(), strict=True)):
+        out[i] = risk_ratio(time_band(accuracy, framework, prec, int(n)), risk)
+    return out
 
 
 def time_band(accuracy: Mapping[str, Any], framework: str, precision: str, nodes: int) -> Mapping[str, Any]:

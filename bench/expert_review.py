@@ -1,0 +1,267 @@
+"""Issue 20's "Done when", checked plan by plan over the shipped scenarios and scenarios written the way users do.
+
+    python bench/expert_review.py                 # shipped + user-like scenarios (7B-70B, LoRA/QLoRA/full, every
+                                                  # built-in catalog): prints the counts
+    python bench/expert_review.py --compare-risk  # also: cost of the default plan (risk p90) against the old
+                                                  # default (fitted at the prediction), and infeasible ones
+    python bench/expert_review.py --limit 10      # the first 10 scenarios only
+
+For every default plan (the scenario's objective, risk and tolerance, as ``ftopt solve`` chooses it) it counts:
+
+- ``part_instance``: the offer is sold as whole instances (``sold_as: instance``, ``cards_per_instance`` N, when
+  the catalog says so) and the plan's cards are not a multiple of N;
+- ``host_ram``: the offer states its host RAM and the plan needs more (hosts.host_ram_need: offloaded states plus
+  the ranks' processes); ``host_ram_unstated`` counts plans on offers that state none;
+- ``kernel``: the plan asks for FlashAttention on a card of compute capability below 8.0 (not an MI300);
+- ``fp16_unwarned``: the plan trains in fp16 a model trained in bf16 (catalogs/models.yaml ``torch_dtype``) and
+  says nothing about it in its notes;
+- ``not_p90``: the plan's peak at the 90th percentile of the memory model's held-out error is over the card
+  (``uncertainty.memory.fits_p90``); target at most 5% of plans;
+- ``bad_trade``: objective cost and another plan meeting every limit takes at most half the hours for a bill less
+  than 5% higher (the plan takes >= 2x the hours to save < 5%); objective time and another plan costs at most half
+  for hours less than 5% longer.
+
+Seed comparison: each scenario's rule-of-thumb plan (the seed articles' sizing: GPU memory = params x 16 GB for
+full fine-tuning, x 5 for LoRA, x 2.5 for QLoRA; a 24 GB card when that suffices, else 80 GB cards in powers of two,
+8 per node, e.g. 7B LoRA on one RTX 4090 and 70B full on 16 A100-80G), given its best configuration on that
+hardware (a charitable reading: the expert picks the hardware by the rule and the software well), against ftopt's
+cheapest plan that is at least as fast (deadline = the rule-of-thumb plan's hours). The median saving must stay at
+least 30%. Both plans come from the same candidate space, so both fit at the scenario's risk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from optimizer import hosts  # noqa: E402
+from optimizer.errors import FtoptError  # noqa: E402
+from optimizer.limits import admits  # noqa: E402
+from optimizer.planner import load_space, to_estimate  # noqa: E402
+from optimizer.schema import Objective, Status  # noqa: E402
+from optimizer.solver import SolverSettings, solve  # noqa: E402
+from optimizer.space import Space  # noqa: E402
+
+SETTINGS = SolverSettings(time_limit_s=30.0)
+CATALOGS = ("aws", "gcp", "lambda", "runpod", "vast", "us", "cn")
+JOBS = [  # (model, method, tokens, seq_len, global_batch): what users write (7B-70B, LoRA/QLoRA/full)
+    ("Llama-3.1-8B", "lora", 2.0e8, 2048, 64),
+    ("Qwen2.5-7B", "qlora", 1.0e8, 2048, 32),
+    ("Llama-3.1-8B", "full", 2.0e8, 4096, 128),
+    ("Qwen2.5-14B", "lora", 3.0e8, 4096, 64),
+    ("Qwen2.5-32B", "qlora", 2.0e8, 4096, 64),
+    ("Llama-3.1-70B", "qlora", 1.0e8, 4096, 64),
+    ("Llama-3.1-70B", "full", 2.0e8, 4096, 128),
+]
+THUMB_GB = {"full": 16.0, "lora": 5.0, "qlora": 2.5}  # GB of GPU memory per billion parameters (the seeds)
+SMALL_CARDS = ("RTX-4090", "RTX-3090", "A10", "L4")  # 24 GB, in the seeds' order of preference
+BIG_CARDS = ("A100-80G", "A800-80G", "H100-SXM", "H800", "H100-PCIe")  # 80 GB
+
+
+def user_scenarios(folder: Path) -> list[Path]:
+    """Write the user-like grid (every job on every built-in catalog) into ``folder``."""
+    out = []
+    for catalog in CATALOGS:
+        currency = "CNY" if catalog == "cn" else "USD"
+        for model, method, tokens, seq, batch in JOBS:
+            name = f"{model}-{method}-{catalog}".lower()
+            doc: dict[str, Any] = {"name": name, "model": model, "method": method,
+                                   "data": {"tokens": tokens, "epochs": 1}, "seq_len": seq, "global_batch": batch,
+                                   "catalog": catalog, "budget": {"amount": 1e6, "currency": currency}}  # fmt: skip
+            path = folder / f"{name}.yaml"
+            path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+            out.append(path)
+    return out
+
+
+@dataclass
+class Review:
+    """Counts over the default plans."""
+
+    plans: int = 0
+    infeasible: int = 0
+    counts: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in (
+        "part_instance", "host_ram", "host_ram_unstated", "kernel", "fp16_unwarned", "not_p90", "bad_trade")})
+    savings: list[float] = field(default_factory=list)
+    risk_increase: list[float] = field(default_factory=list)
+    risk_infeasible: list[str] = field(default_factory=list)
+
+
+def _feasible(space: Space, limits: Any) -> np.ndarray:
+    """Candidates meeting every set limit (the registry's comparisons, optimizer/limits.py)."""
+    mask = np.ones(len(space.cand), dtype=bool)
+    for spec in limits.specs():
+        mask &= admits(space, spec, getattr(limits, spec.key))
+    return mask
+
+
+def _bf16_trained(space: Space) -> bool:
+    return getattr(space.job.arch, "torch_dtype", None) == "bfloat16"
+
+
+def check_plan(space: Space, limits: Any, i: int, review: Review, name: str) -> None:
+    """Apply every per-plan check of the module docstring to candidate ``i``."""
+    c = space.cand
+    oi = int(c.offer_idx[i])
+    offer, gpu = space.offers[oi], space.gpus[oi]
+    est = to_estimate(space, i, Status.optimal)
+    per_instance = getattr(offer, "cards_per_instance", None)
+    if getattr(offer, "sold_as", "card") == "instance" and per_instance and int(c.cards[i]) % per_instance:
+        review.counts["part_instance"].append(name)
+    if space.hosts_cal:
+        idx = c.offer_idx[i : i + 1]
+        ranks = hosts.ranks_per_node(c.cards[i : i + 1], space.offers, idx)
+        need = float(hosts.host_ram_need(c.mem["cpu_offload"][i : i + 1], ranks, space.hosts_cal)[0])
+        have = float(hosts.host_ram_bytes(space.offers, idx, ranks)[0])
+        if math.isnan(have):
+            review.counts["host_ram_unstated"].append(name)
+        elif need > have:
+            review.counts["host_ram"].append(name)
+    assert est.plan is not None
+    cc = float(gpu.compute_capability) if getattr(gpu, "compute_capability", None) else 0.0
+    if est.plan.attention == "flash" and cc < 8.0 and gpu.arch.lower() != "cdna3":
+        review.counts["kernel"].append(name)
+    if est.plan.precision.value == "fp16" and _bf16_trained(space):
+        if not any("fp16" in n and "bf16" in n for n in est.notes + list(getattr(est, "warnings", []) or [])):
+            review.counts["fp16_unwarned"].append(name)
+    if est.uncertainty is not None and not est.uncertainty.memory.fits_p90:
+        review.counts["not_p90"].append(name)
+    ok = _feasible(space, limits)
+    cost, hours = space.cost_total, c.time["hours"]
+    if space.scenario.objective is Objective.cost:
+        bad = ok & (hours * 2 <= hours[i]) & (cost < cost[i] * 1.05)
+    else:
+        bad = ok & (cost * 2 <= cost[i]) & (hours < hours[i] * 1.05)
+    if bad.any():
+        review.counts["bad_trade"].append(name)
+
+
+def thumb_hardware(space: Space) -> tuple[str, int] | None:
+    """The rule-of-thumb GPU and card count for the scenario, among the GPUs its catalog offers."""
+    need_gb = THUMB_GB[space.scenario.method.value] * space.job.arch.params / 1e9
+    offered = {g.id for g in space.gpus}
+    if need_gb <= 24:
+        small = next((g for g in SMALL_CARDS if g in offered), None)
+        if small:
+            return small, 1
+    big = next((g for g in BIG_CARDS if g in offered), None)
+    if big is None:
+        return None
+    return big, 2 ** math.ceil(math.log2(max(need_gb / 80.0, 1.0)))
+
+
+def seed_saving(space: Space, limits: Any) -> float | None:
+    """1 - ftopt's cost / the rule-of-thumb plan's, ftopt at least as fast (module docstring); None: no such plan."""
+    hw = thumb_hardware(space)
+    if hw is None:
+        return None
+    c = space.cand
+    gpu_of = np.array([space.offers[int(i)].gpu for i in c.offer_idx])
+    rows = (gpu_of == hw[0]) & (c.cards == hw[1])
+    if not rows.any():
+        return None
+    free = limits.without("budget_cents", "deadline_s")
+    thumb = solve(space, Objective.cost, free, SETTINGS, subset=rows).index
+    if thumb is None:
+        return None
+    deadline = int(math.ceil(float(c.time["hours"][thumb]) * 3600.0))
+    best = solve(space, Objective.cost, free.replace(deadline_s=deadline), SETTINGS).index
+    if best is None:
+        return None
+    return 1.0 - float(space.cost_total[best]) / float(space.cost_total[thumb])
+
+
+def old_default_cost(path: Path) -> float | None:
+    """The plan's cost as fitted before ``risk`` existed: the prediction itself within capacity less headroom.
+
+    space.memory_risk is replaced by 1 for the one build (tolerance 0, so only the fit differs).
+    """
+    import optimizer.space as space_mod
+
+    real = space_mod.memory_risk
+    space_mod.memory_risk = lambda scenario, calibration: 1.0
+    try:
+        loaded = load_space(path)
+        out = solve(loaded.space, loaded.scenario.objective, loaded.limits, SETTINGS)
+    finally:
+        space_mod.memory_risk = real
+    return None if out.index is None else float(loaded.space.cost_total[out.index])
+
+
+def review_one(path: Path, review: Review, compare_risk: bool) -> str:
+    """Review one scenario; returns a one-line summary."""
+    name = path.stem
+    loaded = load_space(path)
+    space, limits, sc = loaded.space, loaded.limits, loaded.scenario
+    out = solve(space, sc.objective, limits, SETTINGS, tolerance=sc.tolerance)
+    if out.index is None:
+        review.infeasible += 1
+        return f"{name}: infeasible"
+    review.plans += 1
+    check_plan(space, limits, out.index, review, name)
+    line = f"{name}: {float(space.cost_total[out.index]):,.2f} {space.currency}, " \
+           f"{float(space.cand.time['hours'][out.index]):,.1f} h"  # fmt: skip
+    saving = seed_saving(space, limits)
+    if saving is not None:
+        review.savings.append(saving)
+        line += f"; vs rule of thumb {saving:+.1%}"
+    if compare_risk:
+        robust = solve(space, sc.objective, limits, SETTINGS).index  # the risk alone: tolerance 0 on both sides
+        old = old_default_cost(path)
+        if robust is None and old is not None:
+            review.risk_infeasible.append(name)
+        elif robust is not None and old:
+            review.risk_increase.append(float(space.cost_total[robust]) / old - 1.0)
+            line += f"; p90 vs old fit {review.risk_increase[-1]:+.1%}"
+    return line
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Review the scenarios and print the counts."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--compare-risk", action="store_true", help="also measure the cost of risk p90 vs the old fit")
+    ap.add_argument("--limit", type=int, default=None, help="review only the first N scenarios")
+    ap.add_argument("--only-shipped", action="store_true", help="the shipped scenarios only")
+    args = ap.parse_args(argv)
+    review = Review()
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = sorted((REPO / "scenarios").glob("*.yaml"))
+        if not args.only_shipped:
+            paths += user_scenarios(Path(tmp))
+        for path in paths[: args.limit]:
+            try:
+                print(review_one(path, review, args.compare_risk), flush=True)
+            except FtoptError as exc:
+                review.infeasible += 1
+                print(f"{path.stem}: error: {exc}", flush=True)
+    n = max(review.plans, 1)
+    print(f"\n{review.plans} plans, {review.infeasible} scenarios without one")
+    for key, names in review.counts.items():
+        extra = " (target <= 5%)" if key == "not_p90" else ""
+        print(f"{key:>18}: {len(names):3d} ({len(names) / n:.0%}){extra}" + (f"  {', '.join(names[:6])}" if names
+                                                                              else ""))  # fmt: skip
+    if review.savings:
+        med = statistics.median(review.savings)
+        print(f"saving vs the rule-of-thumb plans at equal or better time: median {med:.1%}"
+              f" over {len(review.savings)} scenarios (target >= 30%); min {min(review.savings):.1%}")
+    if args.compare_risk and review.risk_increase:
+        inc = review.risk_increase
+        print(f"risk p90 vs the old fit at the prediction: cost median {statistics.median(inc):+.1%}, mean "
+              f"{statistics.mean(inc):+.1%}, worst {max(inc):+.1%} over {len(inc)} scenarios; "
+              f"infeasible only at p90: {len(review.risk_infeasible)} {review.risk_infeasible}")
+
+
+if __name__ == "__main__":
+    main()

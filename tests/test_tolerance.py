@@ -1,0 +1,101 @@
+"""Issue 20 item 5: the scenario's ``tolerance`` keeps the objective from buying a tiny gain with a large loss.
+
+Rule (docs/trade-offs.md): with v* the objective's optimum, the plan is the best on the other axis among plans whose
+objective is at most floor(v* x (1 + tolerance)), then the best on the objective, then the simplest. The oracle
+below applies it by plain loops over the candidates, with money and time rounded by the validator's exact decimal
+ceilings (not solver.cents/seconds).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from fractions import Fraction
+
+import pytest
+
+from optimizer.catalog import default_offer_files, load_catalog, resolve_model
+from optimizer.limits import Limits
+from optimizer.pareto import front, pareto_scenario
+from optimizer.planner import solve_scenario
+from optimizer.schema import Objective, Scenario
+from optimizer.solver import SolverSettings, solve
+from optimizer.space import Space, build
+from optimizer.validator import ceil_cents, ceil_seconds
+
+from .conftest import scenario_doc
+
+SETTINGS = SolverSettings()
+
+
+DATA = {"data": {"tokens": 2.0e8, "epochs": 1}, "catalog": "us"}  # 8B LoRA, 200 M tokens, the us catalog
+
+
+@functools.cache
+def _space() -> Space:
+    sc = Scenario.model_validate(scenario_doc(**DATA))
+    catalog = load_catalog([f for f in default_offer_files() if f.name == "us.yaml"])
+    return build(sc, catalog, resolve_model(sc, catalog))
+
+
+def _axes(sp: Space) -> list[tuple[int, int]]:
+    return [(ceil_cents(Fraction(float(sp.cost_total[i]))), ceil_seconds(float(sp.cand.time["hours"][i])))
+            for i in range(len(sp.cand))]  # fmt: skip
+
+
+def oracle(sp: Space, objective: Objective, tolerance: float) -> tuple[int, int]:
+    """(cost cents, time s) of the plan the rule chooses."""
+    pts = _axes(sp) if objective is Objective.cost else [(t, c) for c, t in _axes(sp)]
+    best = min(p[0] for p in pts)
+    band = math.floor(round(best * (1 + tolerance), 6))
+    first, second = min((p[1], p[0]) for p in pts if p[0] <= band)
+    return (second, first) if objective is Objective.cost else (first, second)
+
+
+def _chosen(sp: Space, i: int) -> tuple[int, int]:
+    return _axes(sp)[i]
+
+
+@pytest.mark.parametrize("objective", [Objective.cost, Objective.time])
+@pytest.mark.parametrize("tolerance", [0.0, 0.05, 0.2])
+def test_the_chosen_plan_is_the_oracles(objective, tolerance):
+    sp = _space()
+    out = solve(sp, objective, Limits(), SETTINGS, tolerance=tolerance)
+    assert _chosen(sp, out.index) == oracle(sp, objective, tolerance)
+
+
+@pytest.mark.parametrize("objective", [Objective.cost, Objective.time])
+def test_the_default_tolerance_trades_in_this_space(objective):
+    # the case the rule exists for: the 5% band holds a plan much better on the other axis
+    sp = _space()
+    strict, loose = oracle(sp, objective, 0.0), oracle(sp, objective, 0.05)
+    assert strict != loose
+    other = 1 if objective is Objective.cost else 0
+    assert loose[other] < strict[other] and loose[1 - other] <= strict[1 - other] * 1.05 + 1
+
+
+def test_solve_reports_what_was_traded_and_tolerance_zero_gives_the_optimum(write_scenario, run_cli):
+    data = DATA
+    traded = solve_scenario(write_scenario(**data))
+    strict = solve_scenario(write_scenario("strict.yaml", tolerance=0, **data))
+    t = traded.trade_off
+    assert t["traded"] and not strict.trade_off["traded"] and strict.trade_off["text"] is None
+    c, s = traded.best, strict.best
+    assert t["optimum"] == {"cost": s.cost.total, "hours": s.time.hours}
+    assert t["premium"] == pytest.approx(c.cost.total / s.cost.total - 1, abs=1e-4) and 0 < t["premium"] <= 0.05
+    assert t["gain"] == pytest.approx(s.time.hours / c.time.hours, rel=1e-4) and t["gain"] > 1
+    assert t["text"].startswith(f"{t['premium']:.1%} dearer than the cheapest plan, {t['gain']:.3g}x faster")
+    assert "`tolerance: 0` gives the cheapest" in t["text"]
+    doc = json.loads(run_cli("solve", write_scenario(**data), "--json").stdout)
+    assert doc["trade_off"] == t
+    assert f"Trade-off: {t['text'][:30]}" in " ".join(run_cli("solve", write_scenario(**data)).stdout.split())
+
+
+def test_the_front_marks_the_plan_solve_chooses_under_the_tolerance(write_scenario):
+    path = write_scenario(**DATA)
+    fr, best = pareto_scenario(path), solve_scenario(path).best
+    assert fr.estimates[fr.chosen].plan == best.plan
+    sp = _space()
+    chosen = front(sp, Limits(), Objective.cost, tolerance=0.05).chosen
+    assert _chosen(sp, chosen) == oracle(sp, Objective.cost, 0.05)
