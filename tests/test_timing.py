@@ -266,3 +266,14 @@ def test_framework_profiles_change_speed_where_calibrated(catalog):
     ratio = timing.compute_efficiency(*tt)[0] / timing.compute_efficiency(*hf)[0]
     assert ratio == pytest.approx(expected, rel=REL)
     assert timing.step_seconds(*tt)[0] < timing.step_seconds(*hf)[0]
+
+
+def test_cpu_adam_time_follows_the_bytes_each_engine_moves(catalog):
+    """Memory-bound CPU step: torchtune's pure-bf16 AdamW moves 14 B/param, DeepSpeed's fp32 CPU-Adam 28 B/param."""
+    kw = {"method": "full", "lora": None}
+    ds = timing_inputs(catalog, "A100-80G", 8, zero_stage=3, offload="all", **kw)
+    tt = timing_inputs(catalog, "A100-80G", 8, zero_stage=3, offload="all", **kw,
+                       training={"framework": "torchtune", "optimizer": "adamw", "attention": "sdpa"})  # fmt: skip
+    p = ds[0].arch.total_params  # 8 ranks on one node: the node's CPU steps the whole model
+    assert timing.optimizer_seconds(*ds)[0] == pytest.approx(p * 2.57e-10, rel=1e-9)  # ZeRO-Offload Table 4
+    assert timing.optimizer_seconds(*tt)[0] == pytest.approx(p * 2.57e-10 * 14 / 28, rel=1e-9)

@@ -210,19 +210,24 @@ def optimizer_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str,
     On the GPU: memory-bound, B_opt x P_local / HBM (B_opt bytes read and written per parameter, formulas.md 3.3).
     Offloaded (ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840):
 
-        max(c_cpu x P_local x g, 2 P_local / PCIe)
+        max(c_cpu x B_cpu / 28 x P_local x g, 2 P_local / PCIe)
 
     CPU Adam at c_cpu seconds per parameter for a whole node (the paper's Table 4: 2.57 s for 10B parameters on
     its DGX-2 host, two 24-core Xeon 8168), times the g ranks of the node that share its CPUs (g = GPUs of the job
     in the node); the updated 16-bit parameters go back host->GPU in tiles while Adam works on the next tile
     (section 5.1, Algorithm 1 line 15), so the upload hides behind the Adam step and the longer of the two counts.
+    The step is memory-bound (10B parameters x 28 B in 2.57 s is ~110 GB/s of host memory traffic), so c_cpu
+    scales with the bytes the engine's CPU step reads and writes per parameter, B_cpu / 28
+    (``cpu_optimizer_bytes_per_param``: DeepSpeed/FSDP fp32 states 28, torchtune's pure-bf16 states 14).
     The one-step delayed update (DPU, section 5.2) is off by default in DeepSpeed and not modelled.
     P_local = P_train / (t p) / d when the optimizer is sharded (ZeRO >= 1), else / (t p).
     """
     local = _optimizer_shard(job, cfg)
     gpu = local * float(consts["optimizer_bytes_per_param"]) / hw.hbm_bytes_per_s
     sharing = np.minimum(cfg.cards, hw.cards_per_node).astype(np.float64)
-    adam = local * float(consts["cpu_adam_seconds_per_param"]) * sharing
+    cpu_bytes = consts["cpu_optimizer_bytes_per_param"][job.framework.value]
+    width = float(cpu_bytes) / float(consts["cpu_adam_bytes_per_param"])  # B_cpu / 28
+    adam = local * float(consts["cpu_adam_seconds_per_param"]) * sharing * width
     cpu = np.maximum(adam, 2.0 * local / hw.pcie_bytes_per_s)
     return np.where(cfg.offload == _NONE, gpu, cpu)
 
