@@ -156,6 +156,10 @@ MUTATIONS: list[Mutation] = [
        "passes = np.where(cfg.checkpointing == _CK_FULL, 2.0, 2.0)", TIMING_TESTS, "recomputation's dequantisation"),
     _m("timing-cpu-adam-not-shared", "timing", TIM, r'consts\["cpu_adam_seconds_per_param"\]\) \* sharing',
        'consts["cpu_adam_seconds_per_param"])', TIMING_TESTS, "GPUs of a node share one CPU for offloaded Adam"),
+    _m("timing-grad-offload-dropped", "timing", TIM, r"host = grad_offload_seconds\(job, cfg, hw\) \+ ",
+       "host = ", TIMING_TESTS, "offloaded gradients never cross PCIe"),
+    _m("timing-cpu-bytes-ignored", "timing", TIM, r"\* sharing \* width", "* sharing", TIMING_TESTS,
+       "CPU Adam priced at fp32 width for a pure-bf16 engine"),
     # ---- cost
     _m("cost-hours-rounded-down", "cost", COST, r"np\.ceil\(np\.maximum\(hours, 0\.0\) \* 3600\.0 / increment_s",
        "np.floor(np.maximum(hours, 0.0) * 3600.0 / increment_s", COST_TESTS, "billing rounds started units down"),

@@ -272,14 +272,14 @@ def test_selective_checkpointing_keeps_a_fraction_of_every_layer_plus_one_workin
 def test_offloaded_adam_is_one_cpu_per_node_whatever_the_ranks():
     # ZeRO-Offload: the CPU Adam work of a node is its ranks' shards together, P x c_cpu for the whole model on one
     # 8-GPU node, whether 1 or 8 ranks hold it (the ranks share the node's cores): the step time that c_cpu adds is
-    # the same at dp = 1 and dp = 8
+    # the same at dp = 1 and dp = 8 (the parameter upload runs under it, ZeRO-Offload section 5.1, and is shorter)
     cat = load_catalog()
-    added = []
+    steps = []
     for cards in (1, 8):
         j, c, hw, k = timing_inputs(cat, "A100-80G", cards, zero_stage=3, offload="optimizer", method="full",
                                     lora=None)  # fmt: skip
-        with_cpu = float(timing.step_seconds(j, c, hw, k)[0])
-        without = float(timing.step_seconds(j, c, hw, dict(k, cpu_adam_seconds_per_param=0.0))[0])
-        added.append(with_cpu - without)
-    assert added[0] > 0
-    assert added[1] == pytest.approx(added[0], rel=1e-9)
+        whole = j.arch.total_params * k["cpu_adam_seconds_per_param"]
+        assert 2.0 * j.arch.total_params / cards / hw.pcie_bytes_per_s[0] < whole
+        steps.append(float(timing.optimizer_seconds(j, c, hw, k)[0]))
+        assert steps[-1] == pytest.approx(whole, rel=1e-9)
+    assert steps[0] > 0

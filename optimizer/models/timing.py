@@ -5,7 +5,8 @@ Per micro-batch on one GPU (seconds, arrays of shape (n,)):
     compute = T / (t p) x (F_dense / (peak_prec x f_prec) + F_attn / peak_attn) / eta  (+ fp8 casts)
     eta     = eta_arch x f_engine x f_method x M / (M + M_half) x W / (W + W_half),  M = b s, W = h / t
     dequant = passes x P_q / (t p) x B_dq / HBM                               # QLoRA NF4 -> bf16, memory-bound
-    micro   = compute + dequant + (1 - o_tp) x tp_comm + max(0, zero_comm - overlap x compute) + pp_p2p + offload
+    micro   = compute + dequant + (1 - o_tp) x tp_comm + max(0, zero_comm + host - overlap x compute) + pp_p2p
+    host    = 2 P_local / PCIe (gradients out, offload) + 2 B_w P / (t p d) / PCIe (parameters in, offload all)
     step    = m x micro x (1 + (p - 1) / (v m)) + max(0, dp_sync - overlap x compute) + optimizer
     hours   = steps x step / 3600 + checkpoint saves + startup
 
@@ -196,23 +197,50 @@ def comm_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]
     }
 
 
+def _optimizer_shard(job: Job, cfg: Configs) -> np.ndarray:
+    """Trainable parameters whose optimizer state one rank keeps, (n,): P_train / (t p), / d under ZeRO >= 1."""
+    split = (cfg.tp * cfg.pp).astype(np.float64)
+    shard = np.where(cfg.zero_stage >= 1, cfg.dp, 1).astype(np.float64)
+    return trainable_params(job) / split / shard
+
+
 def optimizer_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
     """Optimizer step and offload traffic per optimizer step, seconds, (n,).
 
     On the GPU: memory-bound, B_opt x P_local / HBM (B_opt bytes read and written per parameter, formulas.md 3.3).
-    Offloaded (ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840): CPU Adam at c_cpu seconds per parameter on the
-    rank's shard, times the ranks of a node that share its CPU (g = GPUs of the job in the node), plus the upload
-    of the updated 16-bit parameters, 2 P_local / PCIe; the gradient download overlaps the backward pass (the
-    paper's single-GPU schedule, section 4.1). P_local = P_train / (t p) / d when the optimizer is sharded
-    (ZeRO >= 1), else / (t p).
+    Offloaded (ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840):
+
+        max(c_cpu x B_cpu / 28 x P_local x g, 2 P_local / PCIe)
+
+    CPU Adam at c_cpu seconds per parameter for a whole node (the paper's Table 4: 2.57 s for 10B parameters on
+    its DGX-2 host, two 24-core Xeon 8168), times the g ranks of the node that share its CPUs (g = GPUs of the job
+    in the node); the updated 16-bit parameters go back host->GPU in tiles while Adam works on the next tile
+    (section 5.1, Algorithm 1 line 15), so the upload hides behind the Adam step and the longer of the two counts.
+    The step is memory-bound (10B parameters x 28 B in 2.57 s is ~110 GB/s of host memory traffic), so c_cpu
+    scales with the bytes the engine's CPU step reads and writes per parameter, B_cpu / 28
+    (``cpu_optimizer_bytes_per_param``: DeepSpeed/FSDP fp32 states 28, torchtune's pure-bf16 states 14).
+    The one-step delayed update (DPU, section 5.2) is off by default in DeepSpeed and not modelled.
+    P_local = P_train / (t p) / d when the optimizer is sharded (ZeRO >= 1), else / (t p).
     """
-    split = (cfg.tp * cfg.pp).astype(np.float64)
-    shard = np.where(cfg.zero_stage >= 1, cfg.dp, 1).astype(np.float64)
-    local = trainable_params(job) / split / shard
+    local = _optimizer_shard(job, cfg)
     gpu = local * float(consts["optimizer_bytes_per_param"]) / hw.hbm_bytes_per_s
     sharing = np.minimum(cfg.cards, hw.cards_per_node).astype(np.float64)
-    cpu = local * float(consts["cpu_adam_seconds_per_param"]) * sharing + 2.0 * local / hw.pcie_bytes_per_s
+    cpu_bytes = consts["cpu_optimizer_bytes_per_param"][job.framework.value]
+    width = float(cpu_bytes) / float(consts["cpu_adam_bytes_per_param"])  # B_cpu / 28
+    adam = local * float(consts["cpu_adam_seconds_per_param"]) * sharing * width
+    cpu = np.maximum(adam, 2.0 * local / hw.pcie_bytes_per_s)
     return np.where(cfg.offload == _NONE, gpu, cpu)
+
+
+def grad_offload_seconds(job: Job, cfg: Configs, hw: Hardware) -> np.ndarray:
+    """Offload 'optimizer' or 'all': seconds per micro-batch to copy the rank's gradients GPU->host, (n,).
+
+    2 B x P_local / PCIe every micro-batch: DeepSpeed ZeRO-1/2 copies each reduced gradient bucket of the rank's
+    partition to the host buffer as the backward produces it (stage_1_and_2.py, copy_grads_in_partition), ZeRO-3
+    and FSDP CPU offload move the reduce-scattered shard to the host after each backward; 16-bit gradients (the
+    paper's 2M gradient edge, section 3.3). P_local as in :func:`optimizer_seconds`.
+    """
+    return np.where(cfg.offload == _NONE, 0.0, 2.0 * _optimizer_shard(job, cfg) / hw.pcie_bytes_per_s)
 
 
 def param_offload_seconds(job: Job, cfg: Configs, hw: Hardware) -> np.ndarray:
@@ -220,7 +248,8 @@ def param_offload_seconds(job: Job, cfg: Configs, hw: Hardware) -> np.ndarray:
 
     The rank's parameter shard crosses PCIe host->GPU for the forward and for the backward of every micro-batch:
     2 x B_w x P / (t p d) / PCIe, with B_w the stored width of the weights (2 B, or 0.5 B for an NF4 base) (FSDP
-    CPUOffload, ZeRO-3 offload_param; formulas.md Part II 3.3).
+    CPUOffload, ZeRO-3 offload_param; formulas.md Part II 3.3). Both engines copy a layer's shard in on the
+    prefetch path ahead of its all-gather, so :func:`step_seconds` queues it with the ZeRO collectives.
     """
     base_bytes = 2.0 if job.base_bits == 16 else job.base_bits / 8.0
     local = job.arch.total_params / (cfg.tp * cfg.pp * cfg.dp).astype(np.float64)
@@ -257,6 +286,8 @@ def pipeline_p2p_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[s
 def step_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
     """Seconds per optimizer step, (n,); see the module docstring for the formula.
 
+    Offloading adds, per micro-batch, the gradient copy GPU->host and (offload all) the parameter fetch
+    host->GPU; they queue with the ZeRO collectives and hide behind the same share of compute.
     Overlap: a collective hides only behind compute that runs at the same time, so at most ``comm_overlap`` x the
     compute of the micro-batch it belongs to (ZeRO-3 gathers every micro-batch, so a small micro-batch exposes
     them); the data-parallel all-reduce hides behind the last micro-batch's backward only. Tensor-parallel
@@ -266,14 +297,16 @@ def step_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]
     compute = compute_seconds(job, cfg, hw, consts)
     comm_s = comm_seconds(job, cfg, hw, consts)
     hidden = float(consts["comm_overlap"]) * compute  # backward/forward work a collective can run behind
+    # host traffic of offloading: gradients out and (offload all) parameters in, on the same side streams as the
+    # ZeRO collectives (a bucket is reduced, then copied; a layer's shard is copied in, then gathered)
+    host = grad_offload_seconds(job, cfg, hw) + param_offload_seconds(job, cfg, hw)
     tp_hidden = float(consts["tp_overlap"][job.framework.value])
     micro = (
         compute  # GEMM-bound work
         + dequant_seconds(job, cfg, hw, consts)  # NF4 dequantisation
         + (1.0 - tp_hidden) * comm_s["tp"]  # tensor-parallel collectives on the critical path
-        + np.maximum(0.0, comm_s["zero"] - hidden)  # ZeRO-2/3 collectives behind compute
+        + np.maximum(0.0, comm_s["zero"] + host - hidden)  # ZeRO-2/3 collectives and PCIe copies behind compute
         + pipeline_p2p_seconds(job, cfg, hw, consts, hidden)  # activations sent between pipeline stages
-        + param_offload_seconds(job, cfg, hw)  # parameters streamed from the host
     )
     m = np.maximum(cfg.grad_accum, 1).astype(np.float64)
     # the last micro-batch's backward hides the reduce-scatter half; the parameter all-gather half hides behind the
