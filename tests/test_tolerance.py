@@ -65,28 +65,33 @@ def test_the_chosen_plan_is_the_oracles(objective, tolerance):
     assert _chosen(sp, out.index) == oracle(sp, objective, tolerance)
 
 
-@pytest.mark.parametrize("objective", [Objective.cost, Objective.time])
-def test_the_default_tolerance_trades_in_this_space(objective):
-    # the case the rule exists for: the 5% band holds a plan much better on the other axis
+# the case the rule exists for: the band holds a plan much better on the other axis. For time, the default 5% band
+# does it (the fastest plan, 89.35 USD in 0.41 h, against 20.00 USD in 0.41 h); for cost it takes a 10% band: the
+# cheapest plan (one RTX 4090 offloading everything, 8.48 USD in 29.2 h) has nothing faster within 5% of its bill,
+# and the next plan, 7.9% dearer, is 2.7x faster
+@pytest.mark.parametrize(("objective", "tolerance"), [(Objective.cost, 0.10), (Objective.time, 0.05)])
+def test_the_tolerance_trades_in_this_space(objective, tolerance):
     sp = _space()
-    strict, loose = oracle(sp, objective, 0.0), oracle(sp, objective, 0.05)
+    strict, loose = oracle(sp, objective, 0.0), oracle(sp, objective, tolerance)
     assert strict != loose
     other = 1 if objective is Objective.cost else 0
-    assert loose[other] < strict[other] and loose[1 - other] <= strict[1 - other] * 1.05 + 1
+    assert loose[other] < strict[other] and loose[1 - other] <= strict[1 - other] * (1 + tolerance) + 1
 
 
 def test_solve_reports_what_was_traded_and_tolerance_zero_gives_the_optimum(write_scenario, run_cli):
-    data = DATA
+    # objective time: in this space the default 5% band trades on time (see test_the_tolerance_trades_in_this_space)
+    data = {**DATA, "objective": "time"}
     traded = solve_scenario(write_scenario(**data))
     strict = solve_scenario(write_scenario("strict.yaml", tolerance=0, **data))
     t = traded.trade_off
+    assert t["tolerance"] == 0.05 and t["objective"] == "time"
     assert t["traded"] and not strict.trade_off["traded"] and strict.trade_off["text"] is None
     c, s = traded.best, strict.best
     assert t["optimum"] == {"cost": s.cost.total, "hours": s.time.hours}
-    assert t["premium"] == pytest.approx(c.cost.total / s.cost.total - 1, abs=1e-4) and 0 < t["premium"] <= 0.05
-    assert t["gain"] == pytest.approx(s.time.hours / c.time.hours, rel=1e-4) and t["gain"] > 1
-    assert t["text"].startswith(f"{t['premium']:.1%} dearer than the cheapest plan, {t['gain']:.3g}x faster")
-    assert "`tolerance: 0` gives the cheapest" in t["text"]
+    assert t["premium"] == pytest.approx(c.time.hours / s.time.hours - 1, abs=1e-5) and 0 < t["premium"] <= 0.05
+    assert t["gain"] == pytest.approx(s.cost.total / c.cost.total, rel=1e-3) and t["gain"] > 1
+    assert t["text"].startswith(f"{t['premium']:.1%} slower than the fastest plan, {t['gain']:.3g}x cheaper")
+    assert "`tolerance: 0` gives the fastest" in t["text"]
     doc = json.loads(run_cli("solve", write_scenario(**data), "--json").stdout)
     assert doc["trade_off"] == t
     assert f"Trade-off: {t['text'][:30]}" in " ".join(run_cli("solve", write_scenario(**data)).stdout.split())
