@@ -59,7 +59,7 @@ def test_fits_p90_compares_the_high_end_with_the_card_not_with_the_headroom(tmp_
     # comparison warned
     # (risk p50 fits the peak x ratio_p50 = 1.036: three hundredths less headroom leave room for that)
     h = headroom_for_p90(catalog.calibration["accuracy"]["memory"]["ratio_p90"]) - 0.03
-    pins = {"gpu": "L40S", "cards": 1, "micro_batch": 1, "checkpointing": "selective", "offload": "none",
+    pins = {"gpu": "L40S", "cards": 1, "micro_batch": 1, "checkpointing": "full", "offload": "none",
             "zero_stage": 3}
     est = estimate_scenario(_with_headroom(tmp_path, h), pins)
     m, u = est.memory, est.uncertainty.memory
