@@ -9,16 +9,25 @@ import yaml
 
 from optimizer.catalog import load_catalog
 from optimizer.models.attention import attention_on, runs_flash
-from optimizer.planner import Overrides, solve_scenario
+from optimizer.planner import Overrides, estimate_scenario, solve_scenario
 from optimizer.schema import Attention
 
 from .conftest import REPO
 
 
-def test_one_gpu_qlora_plan_takes_zero_0_when_zero_1_is_no_faster():
-    plan = solve_scenario(REPO / "scenarios/7b-qlora.yaml").best.plan
+def test_one_gpu_qlora_plan_takes_zero_0_when_zero_1_is_no_faster(tmp_path):
+    # at risk p50 both stages fit the 24 GB card (at the default p90, the shipped scenario's ZeRO-0 plan does not:
+    # PEFT's fp32 non-linear weights put its peak x 1.256 over the card, and DeepSpeed ZeRO-1 keeps them in 16 bits)
+    doc = yaml.safe_load((REPO / "scenarios/7b-qlora.yaml").read_text(encoding="utf-8"))
+    path = tmp_path / "7b-qlora-p50.yaml"
+    path.write_text(yaml.safe_dump({**doc, "risk": "p50"}, sort_keys=False), encoding="utf-8")
+    plan = solve_scenario(path).best.plan
     assert plan is not None and plan.dp == 1
     assert plan.zero_stage == 0
+    pins = {"gpu": plan.gpu, "cards": 1, "micro_batch": plan.micro_batch, "checkpointing": plan.checkpointing.value,
+            "offload": plan.offload.value}  # fmt: skip
+    zero0, zero1 = (estimate_scenario(path, {**pins, "zero_stage": z}) for z in (0, 1))
+    assert zero0.memory.fits and zero1.memory.fits and zero1.time.step_seconds >= zero0.time.step_seconds
 
 
 def test_flash_attention_needs_compute_capability_8_or_an_mi300(catalog):
