@@ -339,7 +339,12 @@ def _local_rows(paths: list[str], workers: int, settings: SolverSettings,
             strikes[path] = strikes.get(path, 0) + 1
             (alone if strikes[path] >= MAX_STRIKES else queue).append(path)
     for path in sorted(alone):  # caught in repeated breaks: solve alone, so a death is this scenario's own
-        if (yield from _pool_rows(ctx, [path], 1, settings, calibration)):
+        # a scenario still queued when a pool broke was struck without having run: it gets MAX_STRIKES runs alone,
+        # and only a scenario whose worker dies in every one of them is reported
+        for _ in range(MAX_STRIKES):
+            if not (yield from _pool_rows(ctx, [path], 1, settings, calibration)):
+                break
+        else:
             row = dict.fromkeys(ROW_FIELDS)
             row.update(scenario=path, name=Path(path).stem)
             _fail(row, "worker process died while solving this scenario (killed, e.g. by the out-of-memory killer)")
