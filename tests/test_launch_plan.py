@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from optimizer.catalog import load_catalog
 from optimizer.launch import launch_settings
 from optimizer.planner import solve_scenario
 from optimizer.probe import probe_scenario
@@ -52,10 +53,16 @@ def test_a_volta_plan_writes_the_sdpa_kernel_it_runs_not_the_requested_flash():
 
 
 def test_a_solved_volta_plan_and_its_probe_ask_for_no_flash_attn(write_scenario, tmp_path: Path):
+    # the us catalog's Volta card is the PCIe V100 (Akash rents that part); premise: it is a Volta GPU the catalog rents
+    catalog = load_catalog(["us"])
+    assert catalog.gpus["V100-PCIe-32G"].arch == "volta"
+    assert any(o.gpu == "V100-PCIe-32G" for o in catalog.offers)
     path = write_scenario(method="lora", lora={"rank": 16, "alpha": 32, "targets": ["all-linear"]},
                           training={"framework": "hf", "attention": "flash"}, catalog="us",
-                          plan={"gpu": "V100-32G", "zero_stage": 0})  # fmt: skip
+                          allow={"fp16_for_bf16": True},  # Volta has no bf16: the bf16-published model trains in fp16
+                          plan={"gpu": "V100-PCIe-32G", "zero_stage": 0})  # fmt: skip
     result = solve_scenario(path)
+    assert result.best.plan.gpu == "V100-PCIe-32G"
     assert result.best.plan.attention.value == "sdpa"
     assert result.launch["from_pretrained"]["attn_implementation"] == "sdpa"
     probe = probe_scenario(path, tmp_path / "probe")

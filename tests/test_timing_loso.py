@@ -135,6 +135,12 @@ def test_tensor_parallel_shards_do_not_shrink_the_gemm_rows(cases, consts):
 # the first file's cases run on the built-in offers as written (the second file's clusters are larger than any offer;
 # bench/loso.py gives every case an offer sized for it)
 HOSTED = yaml.safe_load(loso.CASE_FILES[0].read_text())["cases"]
+# Cases of the first file that no built-in offer rents as written, and why: they run on the offer bench/loso.py
+# builds for them (the case's GPU, sold by the card).
+NOT_RENTED_AS_WRITTEN = {
+    "tput-zero-offload-gpt2-10b-1xv100": "one V100 SXM2: the built-in V100-32G offers are 8-card instances "
+                                         "(the single-card Akash offer is the PCIe part, V100-PCIe-32G)",
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", HOSTED, ids=[c["id"] for c in HOSTED])
@@ -142,6 +148,11 @@ def test_estimate_accepts_every_case_as_written(case, run_cli, tmp_path: Path):
     path = tmp_path / f"{case['id']}.yaml"
     path.write_text(yaml.safe_dump(case["scenario"], sort_keys=False))
     result = run_cli("estimate", path, "--json")
+    if case["id"] in NOT_RENTED_AS_WRITTEN:
+        # premise: the built-in offers refuse the card count as written, on one line with exit 2
+        assert result.exit_code == 2 and "plan.cards" in result.stderr and "splits an instance" in result.stderr
+        offers = loso._offer_file(case, loso.source_of(case), tmp_path)
+        result = run_cli("estimate", path, "--catalog", offers, "--json")
     # valid input (never exit 2); exit 1 is an answer: the memory model says the configuration does not fit (a
     # memory finding for a run that did fit, reported in docs/memory-model.md, not a rejected case)
     assert result.exit_code in (0, 1), result.output
