@@ -34,6 +34,11 @@ _BASE: dict[str, Any] = {
 }
 _H100 = {"gpu": "H100-SXM", "offer": "aws-p5-h100"}
 _A100 = {"gpu": "A100-80G", "offer": "aws-p4de-a100-80g"}
+# aws-p5 and aws-p4de rent whole 8-card instances (sold_as: instance): pins of fewer cards rent GCP's a3-highgpu
+# shapes, sold per card; FSDP's ZeRO-1/2 shards leave 8B full fine-tuning past an H100's memory at the p90 risk,
+# so those run on H200s (same Hopper features), which RunPod rents per card
+_H100_CARD = {"gpu": "H100-SXM", "offer": "gcp-a3-highgpu-h100"}
+_H200 = {"gpu": "H200", "offer": "runpod-h200"}
 
 
 def _variant(engine: str, method: str = "full", **plan: Any) -> dict[str, Any]:
@@ -55,33 +60,34 @@ def _variants() -> dict[str, dict[str, Any]]:
     for zero, offload in pairs:
         method = "lora" if zero == 0 else "full"  # 8B full fine-tuning does not fit one 80 GB card without ZeRO
         out[f"ds-z{zero}-{offload}"] = _variant("hf_deepspeed", method, zero_stage=zero, offload=offload)
-    out["ds-1gpu-z2-optimizer"] = _variant("hf_deepspeed", cards=1, zero_stage=2, offload="optimizer")
-    out["ds-1gpu-z0"] = _variant("hf_deepspeed", "lora", cards=1, zero_stage=0, offload="none")
+    out["ds-1gpu-z2-optimizer"] = _variant("hf_deepspeed", cards=1, **_H100_CARD, zero_stage=2, offload="optimizer")
+    out["ds-1gpu-z0"] = _variant("hf_deepspeed", "lora", cards=1, **_H100_CARD, zero_stage=0, offload="none")
     out["ds-lora-z3"] = _variant("hf_deepspeed", "lora", zero_stage=3, offload="none")
     out["ds-qlora-z3"] = _variant("hf_deepspeed", "qlora", zero_stage=3, offload="none")
-    out["ds-qlora-1gpu-z1"] = _variant("hf_deepspeed", "qlora", cards=1, zero_stage=1, offload="none")
+    out["ds-qlora-1gpu-z1"] = _variant("hf_deepspeed", "qlora", cards=1, **_H100_CARD, zero_stage=1, offload="none")
     out["ds-fp16"] = _variant("hf_deepspeed", zero_stage=2, offload="none", precision="fp16", **_A100)
     out["ds-fp32"] = _variant("hf_deepspeed", "lora", zero_stage=2, offload="none", precision="fp32", **_A100)
     out["ds-2nodes-z3"] = _variant("hf_deepspeed", cards=16, zero_stage=3, offload="none")
     out["ds-sgd-offload"] = _variant("hf_deepspeed", zero_stage=2, offload="optimizer",
                                      training={"optimizer": "sgd"})  # fmt: skip
     out["ddp-8gpu"] = _variant("hf_deepspeed", "lora", zero_stage=0, offload="none", training={"attention": "sdpa"})
-    out["ddp-8bit-adamw"] = _variant("hf_deepspeed", "qlora", cards=2, zero_stage=0, offload="none",
+    out["ddp-8bit-adamw"] = _variant("hf_deepspeed", "qlora", cards=2, **_H100_CARD, zero_stage=0, offload="none",
                                      training={"optimizer": "paged_adamw_8bit"})  # fmt: skip
     for zero, offload in [(1, "none"), (2, "none"), (3, "none"), (3, "all")]:
-        out[f"fsdp-z{zero}-{offload}"] = _variant("hf_fsdp", zero_stage=zero, offload=offload)
+        gpu = _H200 if zero < 3 else {}
+        out[f"fsdp-z{zero}-{offload}"] = _variant("hf_fsdp", zero_stage=zero, offload=offload, **gpu)
     out["fsdp-lora"] = _variant("hf_fsdp", "lora", zero_stage=3, offload="none")
     out["trl-act-offload"] = _variant("hf_deepspeed", "lora", zero_stage=2, offload="none",
                                       training={"activation_offload": True})  # fmt: skip
     out["fsdp-qlora"] = _variant("hf_fsdp", "qlora", zero_stage=3, offload="none")
-    out["fsdp-1gpu"] = _variant("hf_fsdp", "lora", cards=1, zero_stage=3, offload="none")
+    out["fsdp-1gpu"] = _variant("hf_fsdp", "lora", cards=1, **_H100_CARD, zero_stage=3, offload="none")
     out["fsdp-fp16"] = _variant("hf_fsdp", zero_stage=3, offload="none", precision="fp16", **_A100)
     out["fsdp-2nodes"] = _variant("hf_fsdp", cards=16, zero_stage=3, offload="none")
     out["tt-full-z3"] = _variant("torchtune", zero_stage=3, offload="none")
     out["tt-full-z2"] = _variant("torchtune", zero_stage=2, offload="none")
     out["tt-full-offload"] = _variant("torchtune", zero_stage=3, offload="all")
-    out["tt-lora-1gpu"] = _variant("torchtune", "lora", cards=1)
-    out["tt-qlora-1gpu"] = _variant("torchtune", "qlora", cards=1)
+    out["tt-lora-1gpu"] = _variant("torchtune", "lora", cards=1, **_H100_CARD)
+    out["tt-qlora-1gpu"] = _variant("torchtune", "qlora", cards=1, **_H100_CARD)
     out["tt-compile-act-offload"] = _variant("torchtune", training={"compile": True, "activation_offload": True})
     out["tt-in-bwd"] = _variant("torchtune", zero_stage=3, offload="none", training={"optimizer_in_backward": True})
     out["tt-fp32"] = _variant("torchtune", "lora", precision="fp32", **_A100)
@@ -92,20 +98,22 @@ def _variants() -> dict[str, dict[str, Any]]:
     out["nemo-tp4-selective"] = _variant("nemo", tp=4, checkpointing="selective")
     out["nemo-fp8"] = _variant("nemo", precision="fp8", checkpointing="full")
     out["nemo-fp16"] = _variant("nemo", precision="fp16", **_A100)
-    out["nemo-lora"] = _variant("nemo", "lora", cards=1)
+    out["nemo-lora"] = _variant("nemo", "lora", cards=1, **_H100_CARD)
     out["nemo-2nodes"] = _variant("nemo", cards=16, tp=8)
     out["nemo-pp2-interleaved"] = _variant("nemo", tp=2, pp=2, zero_stage=1, offload="none")
     # a Volta card (no FlashAttention 2, no bf16) under each engine, samples not packed, an -Instruct name
-    v100 = {"gpu": "V100-32G", "offer": "akash-v100-32g-pcie"}
-    out["ddp-v100"] = _variant("hf_deepspeed", "lora", cards=2, zero_stage=0, offload="none", **v100)
-    out["fsdp-v100"] = _variant("hf_fsdp", "lora", cards=8, zero_stage=3, offload="none", **v100)
+    # (the only V100 offer is the PCIe card; Llama is published in bf16, which Volta lacks: fp16 must be allowed)
+    v100 = {"gpu": "V100-PCIe-32G", "offer": "akash-v100-32g-pcie"}
+    fp16 = {"allow": {"fp16_for_bf16": True}}
+    out["ddp-v100"] = {**_variant("hf_deepspeed", "lora", cards=2, zero_stage=0, offload="none", **v100), **fp16}
+    out["fsdp-v100"] = {**_variant("hf_fsdp", "lora", cards=8, zero_stage=3, offload="none", **v100), **fp16}
     out["tt-v100"] = _variant("torchtune", "lora", cards=1, **v100)
-    out["nemo-v100"] = _variant("nemo", "lora", cards=1, **v100)
+    out["nemo-v100"] = {**_variant("nemo", "lora", cards=1, **v100), **fp16}
     unpacked = {"samples": 20_000, "avg_tokens": 900.0, "epochs": 1, "packing": False}
     out["ds-unpacked"] = {**_variant("hf_deepspeed", "lora", zero_stage=2, offload="none"), "data": unpacked}
-    out["tt-unpacked"] = {**_variant("torchtune", "lora", cards=1), "data": unpacked}
+    out["tt-unpacked"] = {**_variant("torchtune", "lora", cards=1, **_H100_CARD), "data": unpacked}
     out["nemo-unpacked"] = {**_variant("nemo", zero_stage=1, offload="none"), "data": unpacked}
-    out["tt-qwen-instruct"] = {**_variant("torchtune", "lora", cards=1), "model": "Qwen2.5-7B-Instruct"}
+    out["tt-qwen-instruct"] = {**_variant("torchtune", "lora", cards=1, **_H100_CARD), "model": "Qwen2.5-7B-Instruct"}
     return out
 
 
