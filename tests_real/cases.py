@@ -109,6 +109,13 @@ def _variants() -> dict[str, dict[str, Any]]:
     out["fsdp-v100"] = {**_variant("hf_fsdp", "lora", cards=8, zero_stage=3, offload="none", **v100), **fp16}
     out["tt-v100"] = _variant("torchtune", "lora", cards=1, **v100)
     out["nemo-v100"] = {**_variant("nemo", "lora", cards=1, **v100), **fp16}
+    # Blackwell and AMD cards (the us catalog rents both per card): what the settings ask of them is checked too
+    b200 = {"gpu": "B200", "offer": "runpod-b200"}
+    mi300x = {"gpu": "MI300X", "offer": "digitalocean-mi300x"}
+    out["ds-b200"] = _variant("hf_deepspeed", "lora", cards=1, zero_stage=0, offload="none", **b200)
+    out["fsdp-b200"] = _variant("hf_fsdp", cards=8, zero_stage=3, offload="none", **b200)
+    out["ds-mi300x"] = _variant("hf_deepspeed", "lora", cards=1, zero_stage=0, offload="none", **mi300x)
+    out["tt-mi300x"] = _variant("torchtune", "lora", cards=1, **mi300x)
     unpacked = {"samples": 20_000, "avg_tokens": 900.0, "epochs": 1, "packing": False}
     out["ds-unpacked"] = {**_variant("hf_deepspeed", "lora", zero_stage=2, offload="none"), "data": unpacked}
     out["tt-unpacked"] = {**_variant("torchtune", "lora", cards=1, **_H100_CARD), "data": unpacked}
