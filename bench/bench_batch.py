@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen_scenarios import write_scenarios  # noqa: E402
 
-from optimizer.batch import Backend, run_batch  # noqa: E402
-from optimizer.pareto import pareto_scenario  # noqa: E402
+from optimizer.solve.batch import Backend, run_batch  # noqa: E402
+from optimizer.solve.pareto import pareto_scenario  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ import statistics
 import time
 from pathlib import Path
 
-from optimizer.pareto import pareto_scenario
+from optimizer.solve.pareto import pareto_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 

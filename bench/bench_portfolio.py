@@ -26,8 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from optimizer.portfolio import Settings
-from optimizer.portfolio_plan import plan_portfolio
+from optimizer.portfolio.plan import plan_portfolio
+from optimizer.portfolio.schedule import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))

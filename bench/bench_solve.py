@@ -1,4 +1,5 @@
-"""Solve latency benchmark: ``ftopt solve scenarios/70b.yaml`` end to end against a bare ``import optimizer.cli``.
+"""Solve latency benchmark: ``ftopt solve scenarios/70b.yaml`` end to end against a bare ``import
+optimizer.cli.commands``.
 
 Both are timed as fresh subprocesses (interpreter start, imports, catalog parsing, enumeration, CP-SAT, rendering),
 interleaved in the same run so that machine load affects both alike; medians over ``--runs`` (default 5).
@@ -27,12 +28,12 @@ TARGET_RATIO = 1.5
 
 
 def _ftopt() -> list[str]:
-    """The installed console script beside this interpreter, else ``python -m optimizer.cli``."""
+    """The installed console script beside this interpreter, else ``python -m optimizer.cli.commands``."""
     script = Path(sys.executable).parent / "ftopt"
     if script.exists():
         return [str(script)]
     found = shutil.which("ftopt")
-    return [found] if found else [sys.executable, "-m", "optimizer.cli"]
+    return [found] if found else [sys.executable, "-m", "optimizer.cli.commands"]
 
 
 def _timed(cmd: list[str]) -> float:
@@ -47,7 +48,7 @@ def _timed(cmd: list[str]) -> float:
 def measure(scenario: str, runs: int, as_json: bool) -> dict[str, float]:
     """Median seconds of the solve and of the bare import, interleaved, after one warm-up of each."""
     solve_cmd = [*_ftopt(), "solve", scenario, *(["--json"] if as_json else [])]
-    import_cmd = [sys.executable, "-c", "import optimizer.cli"]
+    import_cmd = [sys.executable, "-c", "import optimizer.cli.commands"]
     _timed(import_cmd), _timed(solve_cmd)  # warm the file cache and the .pyc files
     solve_s, import_s = [], []
     for _ in range(runs):
@@ -60,7 +61,7 @@ def measure(scenario: str, runs: int, as_json: bool) -> dict[str, float]:
 
 def profile(scenario: str) -> None:
     """Print the slowest imports (``python -X importtime``) and the top of a cProfile of the solve."""
-    imp = subprocess.run([sys.executable, "-X", "importtime", "-c", "import optimizer.cli"], cwd=REPO,
+    imp = subprocess.run([sys.executable, "-X", "importtime", "-c", "import optimizer.cli.commands"], cwd=REPO,
                          capture_output=True, text=True)  # fmt: skip
     rows = []
     for line in imp.stderr.splitlines():
@@ -70,7 +71,7 @@ def profile(scenario: str) -> None:
     print("slowest imports (cumulative us, module):")
     for us, name in sorted(rows, reverse=True)[:15]:
         print(f"  {us:>9,d} {name}")
-    cmd = [sys.executable, "-m", "cProfile", "-s", "cumulative", "-m", "optimizer.cli", "solve", scenario]
+    cmd = [sys.executable, "-m", "cProfile", "-s", "cumulative", "-m", "optimizer.cli.commands", "solve", scenario]
     prof = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     lines = prof.stdout.splitlines()
     start = next((i for i, line in enumerate(lines) if "function calls" in line), 0)

@@ -25,9 +25,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from optimizer.calibrate import calibrate, memory_pair, predict, time_pair  # noqa: E402
-from optimizer.catalog import load_catalog  # noqa: E402
-from optimizer.measure import load_cases  # noqa: E402
+from optimizer.inputs.catalog import load_catalog  # noqa: E402
+from optimizer.inputs.measurement import load_cases  # noqa: E402
+from optimizer.measure.calibrate import calibrate, memory_pair, predict, time_pair  # noqa: E402
 
 FILES = {"time": REPO / "tests/data/reference/throughput_cases.yaml",
          "memory": REPO / "tests/data/reference/memory_cases.yaml"}  # fmt: skip

@@ -46,13 +46,13 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from optimizer import hosts  # noqa: E402
-from optimizer.errors import FtoptError  # noqa: E402
-from optimizer.limits import admits  # noqa: E402
-from optimizer.planner import load_space, to_estimate  # noqa: E402
-from optimizer.schema import Objective, Status  # noqa: E402
-from optimizer.solver import SolverSettings, solve  # noqa: E402
-from optimizer.space import Space  # noqa: E402
+from optimizer.inputs.errors import FtoptError  # noqa: E402
+from optimizer.inputs.schema import Objective, Status  # noqa: E402
+from optimizer.models import hosts  # noqa: E402
+from optimizer.solve.limits import admits  # noqa: E402
+from optimizer.solve.planner import load_space, to_estimate  # noqa: E402
+from optimizer.solve.solver import SolverSettings, solve  # noqa: E402
+from optimizer.solve.space import Space  # noqa: E402
 
 SETTINGS = SolverSettings(time_limit_s=30.0)
 CATALOGS = ("aws", "gcp", "lambda", "runpod", "vast", "us", "cn")
@@ -100,7 +100,7 @@ class Review:
 
 
 def _feasible(space: Space, limits: Any) -> np.ndarray:
-    """Candidates meeting every set limit (the registry's comparisons, optimizer/limits.py)."""
+    """Candidates meeting every set limit (the registry's comparisons, optimizer/solve/limits.py)."""
     mask = np.ones(len(space.cand), dtype=bool)
     for spec in limits.specs():
         mask &= admits(space, spec, getattr(limits, spec.key))
@@ -188,7 +188,7 @@ def old_default_cost(path: Path) -> float | None:
 
     space.memory_risk is replaced by 1 for the one build (tolerance 0, so only the fit differs).
     """
-    import optimizer.space as space_mod
+    import optimizer.solve.space as space_mod
 
     real = space_mod.memory_risk
     space_mod.memory_risk = lambda scenario, calibration: 1.0

@@ -38,15 +38,15 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from optimizer import planner, space  # noqa: E402
-from optimizer.atomic import write_atomic  # noqa: E402
-from optimizer.catalog import load_catalog, resolve_model  # noqa: E402
-from optimizer.configs import OFFLOAD  # noqa: E402
+from optimizer.inputs.atomic import write_atomic  # noqa: E402
+from optimizer.inputs.catalog import load_catalog, resolve_model  # noqa: E402
+from optimizer.inputs.schema import PlanPins  # noqa: E402
+from optimizer.inputs.yamlio import validate  # noqa: E402
 from optimizer.models import coverage as cov  # noqa: E402
 from optimizer.models import timing  # noqa: E402
+from optimizer.models.configs import OFFLOAD  # noqa: E402
 from optimizer.models.uncertainty import ratio_quantiles, time_band  # noqa: E402
-from optimizer.schema import PlanPins  # noqa: E402
-from optimizer.yamlio import validate  # noqa: E402
+from optimizer.solve import planner, space  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "reference"
 CASE_FILES = (DATA / "throughput_cases.yaml", DATA / "throughput_cases_2.yaml", DATA / "throughput_cases_3.yaml")

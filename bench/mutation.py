@@ -69,9 +69,9 @@ def _m(id_: str, module: str, files: str | list[str], pattern: str, repl: str, t
 MEM, ACT = "optimizer/models/memory.py", "optimizer/models/activations.py"
 TIM, COST = "optimizer/models/timing.py", "optimizer/models/cost.py"
 COMM = "optimizer/models/comm.py"  # collective volumes and latencies (module "timing": the step-time model)
-SOLVER, PARETO, LIMITS = "optimizer/solver.py", "optimizer/pareto.py", "optimizer/limits.py"
-SPACE, VALID = "optimizer/space.py", "optimizer/validator.py"
-PF_PLAN, PF_SOLVE = "optimizer/portfolio_plan.py", "optimizer/portfolio.py"
+SOLVER, PARETO, LIMITS = "optimizer/solve/solver.py", "optimizer/solve/pareto.py", "optimizer/solve/limits.py"
+SPACE, VALID = "optimizer/solve/space.py", "optimizer/solve/validator.py"
+PF_PLAN, PF_SOLVE = "optimizer/portfolio/plan.py", "optimizer/portfolio/schedule.py"
 PORTFOLIO_TESTS = ["tests/test_portfolio_values.py", "tests/test_portfolio.py", "tests/test_portfolio_oracle.py"]
 HOST_TESTS = ["tests/test_hosts_values.py", "tests/test_offers_hosts.py", "tests/test_spot.py"]
 MEASURE_TESTS = ["tests/test_measure_values.py", "tests/test_calibrate.py", "tests/test_calibrate_measure.py",
@@ -250,15 +250,15 @@ MUTATIONS: list[Mutation] = [
        r"rate = min\(price / TERM_HOURS\[Term\(t\)\] for t, price in rental\.prices\.items\(\)\)",
        "rate = max(price / TERM_HOURS[Term(t)] for t, price in rental.prices.items())", PORTFOLIO_TESTS,
        "a shared block's redundant bill bound uses the dearest rate: a worse schedule reported optimal"),
-    _m("portfolio-sharing-dearest-unit", "portfolio", "optimizer/portfolio_problem.py",
+    _m("portfolio-sharing-dearest-unit", "portfolio", "optimizer/portfolio/problem.py",
        r"long_price = min\(rental\.prices\[t\.value\]", "long_price = max(rental.prices[t.value]", PORTFOLIO_TESTS,
        "the sharing test prices a block at the dearest long unit: sharing left out, a worse schedule called optimal"),
     # ---- hosts and spot
-    _m("spot-mean-interval-not-rate", "hosts", "optimizer/hosts.py",
+    _m("spot-mean-interval-not-rate", "hosts", "optimizer/models/hosts.py",
        r"mean = run\(2\.0 / \(1\.0 / mtbi_low_h \+ 1\.0 / mtbi_high_h\)\)",
        "mean = run((mtbi_low_h + mtbi_high_h) / 2.0)", HOST_TESTS,
        "spot time from the band's mean interval instead of its mean rate"),
-    _m("hosts-disk-gb-as-gib", "hosts", "optimizer/hosts.py",
+    _m("hosts-disk-gb-as-gib", "hosts", "optimizer/models/hosts.py",
        r"_nan_or\(o\.host\.local_disk_gb if o\.host else None, 1e9\)",
        "_nan_or(o.host.local_disk_gb if o.host else None, GIB)", HOST_TESTS,
        "an offer's local disk in GB read as GiB"),
@@ -267,19 +267,20 @@ MUTATIONS: list[Mutation] = [
        ["tests/test_uncertainty_fx.py", "tests/test_uncertainty.py", "tests/test_uncertainty_headroom.py"],
        "the p90 budget check compares the offer's currency with the budget's"),
     # ---- measurements, calibration, probe
-    _m("measure-gb-as-gib", "measure", "optimizer/measure.py", r'UNIT_BYTES: dict\[str, float\] = \{"GB": 1e9,',
+    _m("measure-gb-as-gib", "measure", "optimizer/inputs/measurement.py",
+       r'UNIT_BYTES: dict\[str, float\] = \{"GB": 1e9,',
        'UNIT_BYTES: dict[str, float] = {"GB": 2.0**30,', MEASURE_TESTS, "a measured peak in GB read as GiB"),
-    _m("calibrate-time-factor-inverted", "measure", "optimizer/calibrate.py",
+    _m("calibrate-time-factor-inverted", "measure", "optimizer/measure/calibrate.py",
        r"lambda r: r\.before / r\.measured\)", "lambda r: r.measured / r.before)", MEASURE_TESTS,
        "the time factor fitted as measured / predicted tokens/s (inverted)"),
-    _m("calibrate-memory-factor-inverted", "measure", "optimizer/calibrate.py",
+    _m("calibrate-memory-factor-inverted", "measure", "optimizer/measure/calibrate.py",
        r"lambda r: r\.measured / r\.before\)", "lambda r: r.before / r.measured)", MEASURE_TESTS,
        "the memory factor fitted as predicted / measured (inverted)"),
-    _m("overlay-throughput-times-factor", "measure", "optimizer/overlay.py",
+    _m("overlay-throughput-times-factor", "measure", "optimizer/models/overlay.py",
        r't\["tokens_per_second"\] = time\["tokens_per_second"\] / f_t',
        't["tokens_per_second"] = time["tokens_per_second"] * f_t', MEASURE_TESTS,
        "a slower-than-predicted group reported with more tokens per second"),
-    _m("probe-trial-ignores-cards", "measure", "optimizer/probe.py",
+    _m("probe-trial-ignores-cards", "measure", "optimizer/measure/probe.py",
        r'"tokens": float\(tokens_steps \* p\.micro_batch \* cards \* base\["seq_len"\]\)',
        '"tokens": float(tokens_steps * p.micro_batch * base["seq_len"])', MEASURE_TESTS,
        "the probe's trial sized for one card whatever its cards"),
@@ -297,7 +298,7 @@ MUTATIONS: list[Mutation] = [
        r"return np\.where\(interleaving_allowed\(cfg\.grad_accum, cfg\.pp\), out, 1\)", "return out",
        PIPE_TESTS, "interleaved chunks on a step whose micro-batches Megatron refuses (not a multiple of pp)"),
     # ---- explanations
-    _m("relax-deadline-from-cheapest-plan", "explain", "optimizer/explain_relax.py",
+    _m("relax-deadline-from-cheapest-plan", "explain", "optimizer/solve/explain_relax.py",
        r"need = _hours\(space, fast if fast is not None else best\)", "need = _hours(space, best)", EXPLAIN_TESTS,
        "the deadline relaxation read from the cheapest plan instead of the fastest"),
 ]

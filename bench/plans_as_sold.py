@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from optimizer.planner import prepare, solve_scenario
+from optimizer.solve.planner import prepare, solve_scenario
 
 MODELS = [("Qwen2.5-7B", 2e8), ("Qwen2.5-14B", 1e8), ("Qwen2.5-32B", 5e7), ("Llama-3.1-70B", 5e7)]
 METHODS = ["lora", "qlora", "full"]

@@ -23,10 +23,10 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import loso  # noqa: E402
 
-from optimizer.catalog import load_catalog  # noqa: E402
+from optimizer.inputs.catalog import load_catalog  # noqa: E402
 from optimizer.models import coverage as cov  # noqa: E402
 from optimizer.models import timing  # noqa: E402
-from optimizer.planner import solve_scenario  # noqa: E402
+from optimizer.solve.planner import solve_scenario  # noqa: E402
 
 
 def published_mfu(case: loso.Case) -> float:

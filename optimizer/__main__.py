@@ -34,12 +34,12 @@ def main() -> None:
     interrupted: list[int] = []
     previous = _signal.signal(_signal.SIGINT, lambda signum, frame: interrupted.append(signum))
     try:
-        from optimizer.cli import main as cli_main
+        from optimizer.cli.commands import main as cli_main
     except KeyboardInterrupt:
         interrupted.append(_signal.SIGINT)
     finally:
         _signal.signal(_signal.SIGINT, previous)
-    from optimizer.errors import EXIT_INTERRUPTED
+    from optimizer.inputs.errors import EXIT_INTERRUPTED
 
     if interrupted:
         _exit_now(EXIT_INTERRUPTED, "ftopt: interrupted")

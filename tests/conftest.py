@@ -14,8 +14,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from optimizer.catalog import load_catalog
-from optimizer.cli import main
+from optimizer.cli.commands import main
+from optimizer.inputs.catalog import load_catalog
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "tests" / "data" / "reference"  # the published cases with their sources (see its README)
@@ -81,7 +81,7 @@ def catalog():
 def run_cli() -> Callable[..., Any]:
     """Invoke the console entry point in-process; returns click's Result (exit_code, stdout, stderr).
 
-    Goes through ``optimizer.cli.main`` so usage errors get the same one-line treatment as in a shell.
+    Goes through ``optimizer.cli.commands.main`` so usage errors get the same one-line treatment as in a shell.
     """
     runner = CliRunner()
 
@@ -109,10 +109,10 @@ def timing_inputs(catalog: Any, gpu: str = "A100-80G", cards: Any = 1, *, tp: An
     """
     import numpy as np
 
-    from optimizer.catalog import resolve_model
-    from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs
-    from optimizer.schema import Checkpointing, Offload, OptimizerName, Precision, Scenario
-    from optimizer.space import hardware, make_job
+    from optimizer.inputs.catalog import resolve_model
+    from optimizer.inputs.schema import Checkpointing, Offload, OptimizerName, Precision, Scenario
+    from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs
+    from optimizer.solve.space import hardware, make_job
 
     sc = Scenario.model_validate(scenario_doc(**scenario_changes))
     job = make_job(sc, resolve_model(sc, catalog), catalog.calibration)

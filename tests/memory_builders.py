@@ -6,9 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.catalog import load_catalog
-from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Job
-from optimizer.schema import (
+from optimizer.inputs.catalog import load_catalog
+from optimizer.inputs.schema import (
     Attention,
     Checkpointing,
     Framework,
@@ -21,6 +20,7 @@ from optimizer.schema import (
     Precision,
     Sharding,
 )
+from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Job
 
 # Llama-2-7B and Llama-3.1-8B as in catalogs/models.yaml (HF config.json values)
 LLAMA2_7B = ModelArch(name="Llama-2-7B", layers=32, hidden=4096, intermediate=11008, heads=32, kv_heads=32,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.catalog import load_catalog
+from optimizer.inputs.catalog import load_catalog
 from tests.memory_reference_cases import UNIT_BYTES, CaseResult, evaluate_all
 
 GIB = 2**30

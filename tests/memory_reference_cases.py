@@ -27,9 +27,9 @@ from typing import Any
 
 import yaml
 
-from optimizer.catalog import Catalog, load_catalog, load_scenario, resolve_model
+from optimizer.inputs.catalog import Catalog, load_catalog, load_scenario, resolve_model
 from optimizer.models import memory
-from optimizer.space import enumerate_all
+from optimizer.solve.space import enumerate_all
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "reference" / "memory_cases.yaml"  # published cases with sources
 REFERENCE_2 = REFERENCE.with_name("memory_cases_2.yaml")  # torchtitan and LitGPT cases, added after the fit of HELD_OUT

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from bench.gen_scenarios import write_scenarios
-from optimizer import batch
-from optimizer.batch import ROW_FIELDS, expand, read_rows, run_batch, solve_row
-from optimizer.errors import InputError
-from optimizer.planner import solve_scenario
+from optimizer.inputs.errors import InputError
+from optimizer.solve import batch
+from optimizer.solve.batch import ROW_FIELDS, expand, read_rows, run_batch, solve_row
+from optimizer.solve.planner import solve_scenario
 
 from .conftest import REPO, seventy_b
 
@@ -204,7 +204,7 @@ def test_batch_cli_without_output_prints_a_table(run_cli, folder: Path):
 
 def test_ctrl_c_after_the_last_row_still_prints_the_summary(run_cli, folder: Path, monkeypatch):
     """A Ctrl-C that lands once every row is in (as the bar closes) ends the batch as a complete one."""
-    from optimizer import report_batch
+    from optimizer.report import batch as report_batch
 
     real = report_batch.batch_progress
 

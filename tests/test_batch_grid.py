@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optimizer.catalog import resolve_model
-from optimizer.configs import CHECKPOINTING, OFFLOAD, PRECISION
-from optimizer.schema import Offload, Precision, Scenario
-from optimizer.space import grid, layouts, make_job, pinned_offers
+from optimizer.inputs.catalog import resolve_model
+from optimizer.inputs.schema import Offload, Precision, Scenario
+from optimizer.models.configs import CHECKPOINTING, OFFLOAD, PRECISION
+from optimizer.solve.space import grid, layouts, make_job, pinned_offers
 
 from .conftest import scenario_doc
 

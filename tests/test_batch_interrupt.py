@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.batch import read_rows
+from optimizer.solve.batch import read_rows
 
 from .conftest import REPO
 

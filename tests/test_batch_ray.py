@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench.gen_scenarios import write_scenarios
-from optimizer.batch import Backend, run_batch
+from optimizer.solve.batch import Backend, run_batch
 
 from .conftest import REPO
 

@@ -1,4 +1,5 @@
-"""Calibration overlays: fitting (optimizer/calibrate.py) and applying them (optimizer/overlay.py via the space).
+"""Calibration overlays: fitting (optimizer/measure/calibrate.py) and applying them (optimizer/models/overlay.py via the
+space).
 
 The published cases come from tests/data/reference (published cases with their sources); groups are GPU architecture x
 engine x method x precision for time and engine x method for memory.
@@ -15,10 +16,10 @@ import numpy as np
 import pytest
 import yaml
 
-from optimizer.calibrate import calibrate, predict
-from optimizer.catalog import load_catalog
-from optimizer.measure import load_cases
-from optimizer.overlay import load_overlay
+from optimizer.inputs.catalog import load_catalog
+from optimizer.inputs.measurement import load_cases
+from optimizer.measure.calibrate import calibrate, predict
+from optimizer.models.overlay import load_overlay
 from tests.conftest import REFERENCE
 
 THROUGHPUT = {c.id: c for c in load_cases(REFERENCE / "throughput_cases.yaml")}

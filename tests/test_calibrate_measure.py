@@ -1,4 +1,5 @@
-"""Measurements in the reference-case schema (optimizer/measure.py) and the log importers (optimizer/importers.py)."""
+"""Measurements in the reference-case schema (optimizer/inputs/measurement.py) and the log importers
+(optimizer/inputs/importers.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer.calibrate import scenario_document
-from optimizer.errors import InputError
-from optimizer.importers import detect, from_nvidia_smi, from_torchtune_log, from_trainer_state, read_measurements
-from optimizer.measure import dump_cases, load_cases, parse_cases
+from optimizer.inputs.errors import InputError
+from optimizer.inputs.importers import (
+    detect,
+    from_nvidia_smi,
+    from_torchtune_log,
+    from_trainer_state,
+    read_measurements,
+)
+from optimizer.inputs.measurement import dump_cases, load_cases, parse_cases
+from optimizer.measure.calibrate import scenario_document
 from tests.conftest import REFERENCE, REPO
 
 LOGS = REPO / "tests" / "data" / "measurements"

@@ -9,8 +9,8 @@ from datetime import date
 import pytest
 import yaml
 
-from optimizer.catalog import CATALOG_DIR, default_offer_files
-from optimizer.schema_catalog import Gpu, Offer
+from optimizer.inputs.catalog import CATALOG_DIR, default_offer_files
+from optimizer.inputs.schema_catalog import Gpu, Offer
 
 OFFER_FILES = default_offer_files()
 
@@ -98,7 +98,7 @@ def test_catalog_readme_documents_every_field(model):
 
 
 def test_builtin_catalogs_resolve_by_name_from_any_directory(tmp_path, monkeypatch):
-    from optimizer.catalog import builtin_offer_names, resolve_offer_file
+    from optimizer.inputs.catalog import builtin_offer_names, resolve_offer_file
 
     monkeypatch.chdir(tmp_path)  # no catalogs/ here
     assert builtin_offer_names() == ["aws", "cn", "gcp", "lambda", "runpod", "us", "vast"]
@@ -109,8 +109,8 @@ def test_builtin_catalogs_resolve_by_name_from_any_directory(tmp_path, monkeypat
 
 
 def test_unknown_catalog_name_lists_the_builtin_ones(tmp_path, monkeypatch):
-    from optimizer.catalog import resolve_offer_file
-    from optimizer.errors import InputError
+    from optimizer.inputs.catalog import resolve_offer_file
+    from optimizer.inputs.errors import InputError
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InputError) as err:
@@ -119,7 +119,7 @@ def test_unknown_catalog_name_lists_the_builtin_ones(tmp_path, monkeypatch):
 
 
 def test_a_user_file_is_read_by_path(tmp_path, monkeypatch):
-    from optimizer.catalog import resolve_offer_file
+    from optimizer.inputs.catalog import resolve_offer_file
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine.yaml").write_text("offers: []\n")

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer.errors import InputError
+from optimizer.inputs.errors import InputError
+from optimizer.inputs.schema import Term
+from optimizer.inputs.schema_catalog import Offer
 from optimizer.models import cost
-from optimizer.schema import Term
-from optimizer.schema_catalog import Offer
 
 P = 2.0  # price per card-hour
 

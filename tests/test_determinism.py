@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import report
-from optimizer.planner import solve_scenario
+from optimizer.report import plan as report
+from optimizer.solve.planner import solve_scenario
 
 from .conftest import REPO
 
 _SOLVE_EACH = """
 import sys
-from optimizer.cli import main
+from optimizer.cli.commands import main
 for path in sys.argv[1:]:
     try:
         main(["solve", path, "--json", "--top", "3"])
@@ -66,7 +66,7 @@ def test_batch_results_are_byte_identical_for_one_and_two_workers(scenarios, tmp
     outputs = []
     for workers in (1, 2):
         out = tmp_path / f"rows-{workers}.jsonl"
-        run = _python("-m", "optimizer.cli", "batch", *scenarios, "-o", out, "--workers", workers,
+        run = _python("-m", "optimizer.cli.commands", "batch", *scenarios, "-o", out, "--workers", workers,
                       hash_seed=str(workers))  # fmt: skip
         assert run.returncode == 0, run.stderr
         outputs.append(out.read_bytes())

@@ -12,12 +12,12 @@ import dataclasses
 
 import pytest
 
-from optimizer.catalog import load_scenario, resolve_model
-from optimizer.configs import CHECKPOINTING, OFFLOAD, PRECISION
-from optimizer.errors import InputError
+from optimizer.inputs.catalog import load_scenario, resolve_model
+from optimizer.inputs.errors import InputError
+from optimizer.inputs.schema import Checkpointing, Offload
+from optimizer.models.configs import CHECKPOINTING, OFFLOAD, PRECISION
 from optimizer.models.engines import OffloadRule, engine_key, offload_rule
-from optimizer.schema import Checkpointing, Offload
-from optimizer.space import enumerate_all, make_job
+from optimizer.solve.space import enumerate_all, make_job
 
 
 def _rows(write_scenario, catalog, name="s.yaml", **changes):

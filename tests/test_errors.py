@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from optimizer import yamlio
-from optimizer.errors import InputError, did_you_mean
-from optimizer.schema import Budget, Scenario
+from optimizer.inputs import yamlio
+from optimizer.inputs.errors import InputError, did_you_mean
+from optimizer.inputs.schema import Budget, Scenario
 
 from .conftest import REPO, scenario_doc
 

@@ -14,10 +14,10 @@ import json
 import pytest
 from ortools.sat.python import cp_model
 
-from optimizer import solver, space
-from optimizer.errors import SolverLimitError
-from optimizer.planner import solve_scenario
-from optimizer.schema import Status
+from optimizer.inputs.errors import SolverLimitError
+from optimizer.inputs.schema import Status
+from optimizer.solve import solver, space
+from optimizer.solve.planner import solve_scenario
 
 
 class _StoppedEarly(cp_model.CpSolver):

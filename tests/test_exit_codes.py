@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from optimizer.errors import EXIT_BAD_INPUT, EXIT_NO_PLAN
+from optimizer.inputs.errors import EXIT_BAD_INPUT, EXIT_NO_PLAN
 
 from .conftest import REPO
 

@@ -6,8 +6,8 @@ import math
 
 import yaml
 
-from optimizer.planner import Overrides, solve_scenario
-from optimizer.schema import Status
+from optimizer.inputs.schema import Status
+from optimizer.solve.planner import Overrides, solve_scenario
 
 from .conftest import REPO
 

@@ -10,7 +10,7 @@ import yaml
 import optimizer.launch
 from optimizer.launch import exporters
 from optimizer.launch.exporters import EXPORTERS
-from optimizer.report import launch_files
+from optimizer.report.plan import launch_files
 
 from .conftest import REPO
 

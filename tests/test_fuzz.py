@@ -22,15 +22,15 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optimizer.batch import read_rows
-from optimizer.catalog import import_hf_config, load_catalog, load_scenario, resolve_model
-from optimizer.errors import FtoptError
-from optimizer.import_skypilot import import_text
-from optimizer.importers import from_nvidia_smi, from_torchtune_log, from_trainer_state
-from optimizer.measure import load_cases
-from optimizer.overlay import load_overlay
-from optimizer.portfolio_plan import load_portfolio
-from optimizer.terminal import escape
+from optimizer.inputs.catalog import import_hf_config, load_catalog, load_scenario, resolve_model
+from optimizer.inputs.errors import FtoptError
+from optimizer.inputs.import_skypilot import import_text
+from optimizer.inputs.importers import from_nvidia_smi, from_torchtune_log, from_trainer_state
+from optimizer.inputs.measurement import load_cases
+from optimizer.inputs.terminal import escape
+from optimizer.models.overlay import load_overlay
+from optimizer.portfolio.plan import load_portfolio
+from optimizer.solve.batch import read_rows
 
 from .conftest import REPO, scenario_doc
 

@@ -18,11 +18,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from optimizer.catalog import load_catalog
+from optimizer.inputs.catalog import load_catalog
+from optimizer.inputs.schema import Term
+from optimizer.inputs.schema_catalog import Offer
 from optimizer.models import activations, cost, memory, timing
-from optimizer.schema import Term
-from optimizer.schema_catalog import Offer
-from optimizer.validator import exact_bill
+from optimizer.solve.validator import exact_bill
 
 from .conftest import timing_inputs
 from .memory_builders import cfg, consts, job

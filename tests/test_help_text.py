@@ -6,7 +6,7 @@ import re
 
 import click
 
-from optimizer.cli import cli
+from optimizer.cli.commands import cli
 
 from .conftest import REPO
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from optimizer.catalog import import_hf_config
-from optimizer.errors import InputError
-from optimizer.planner import estimate_scenario
+from optimizer.inputs.catalog import import_hf_config
+from optimizer.inputs.errors import InputError
+from optimizer.solve.planner import estimate_scenario
 
 # Values of Qwen/Qwen2.5-7B's config.json (the source named in catalogs/models.yaml)
 QWEN25_7B = {

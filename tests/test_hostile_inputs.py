@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer.errors import InputError
-from optimizer.import_skypilot import import_text
-from optimizer.importers import from_trainer_state
-from optimizer.inputfile import MAX_JSON_DEPTH, read_bytes, read_json
-from optimizer.yamlio import read_yaml
+from optimizer.inputs.errors import InputError
+from optimizer.inputs.import_skypilot import import_text
+from optimizer.inputs.importers import from_trainer_state
+from optimizer.inputs.inputfile import MAX_JSON_DEPTH, read_bytes, read_json
+from optimizer.inputs.yamlio import read_yaml
 
 from .conftest import REPO, scenario_doc
 from .test_import_skypilot import HEADER, ROWS

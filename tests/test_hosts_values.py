@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optimizer import hosts
-from optimizer.planner import solve_scenario
+from optimizer.models import hosts
+from optimizer.solve.planner import solve_scenario
 
 from .conftest import scenario_doc
 from .test_offers_hosts import SRC, offer, write, write_offers

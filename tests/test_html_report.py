@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from optimizer.report_html.html_plan import why_lost
-from optimizer.report_html.html_portfolio import card_rows, window_rows
-from optimizer.report_html.html_shell import esc
+from optimizer.report.html.html_plan import why_lost
+from optimizer.report.html.html_portfolio import card_rows, window_rows
+from optimizer.report.html.html_shell import esc
 
 from .conftest import REPO, scenario_doc
 
@@ -64,21 +64,21 @@ def hostile_scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def solved(hostile_scenario: Path) -> Any:
-    from optimizer.planner import solve_scenario
+    from optimizer.solve.planner import solve_scenario
 
     return solve_scenario(hostile_scenario)
 
 
 @pytest.fixture(scope="module")
 def front(hostile_scenario: Path) -> Any:
-    from optimizer.pareto import pareto_scenario
+    from optimizer.solve.pareto import pareto_scenario
 
     return pareto_scenario(hostile_scenario)
 
 
 @pytest.fixture(scope="module")
 def portfolio_result() -> Any:
-    from optimizer.portfolio_plan import plan_portfolio
+    from optimizer.portfolio.plan import plan_portfolio
 
     return plan_portfolio(REPO / "portfolios" / "team-q1.yaml")
 
@@ -93,7 +93,7 @@ def _self_contained(text: str) -> None:
 
 
 def test_solve_page_has_every_section_and_draws_the_memory_bar_to_scale(solved):
-    from optimizer.report_html import solve_page
+    from optimizer.report.html import solve_page
 
     text = solve_page(solved)
     page = Page(text)
@@ -118,7 +118,7 @@ def test_solve_page_has_every_section_and_draws_the_memory_bar_to_scale(solved):
 
 
 def test_every_user_string_is_escaped(solved, front):
-    from optimizer.report_html import batch_page, pareto_page, solve_page
+    from optimizer.report.html import batch_page, pareto_page, solve_page
 
     row = {"scenario": f"dir/{HOSTILE}.yaml", "name": HOSTILE, "status": "error", "error": HOSTILE}
     for text in (solve_page(solved), pareto_page(front), batch_page([row])):
@@ -129,8 +129,8 @@ def test_every_user_string_is_escaped(solved, front):
 
 
 def test_front_marks_the_chosen_plan_and_places_points_by_cost_and_hours(front):
-    from optimizer.report_front import pareto_json
-    from optimizer.report_html import pareto_page
+    from optimizer.report.front import pareto_json
+    from optimizer.report.html import pareto_page
 
     text = pareto_page(front)
     page = Page(text)
@@ -195,7 +195,7 @@ def test_gantt_gives_each_card_its_own_row_and_never_overlaps_two_jobs_on_one_ca
 
 
 def test_portfolio_page_draws_rows_per_card_and_instance_windows_in_days_and_the_cost(portfolio_result):
-    from optimizer.report_html import portfolio_page
+    from optimizer.report.html import portfolio_page
 
     text = portfolio_page(portfolio_result, str(REPO / "portfolios" / "team-q1.yaml"))
     page = Page(text)
@@ -212,7 +212,7 @@ def test_portfolio_page_draws_rows_per_card_and_instance_windows_in_days_and_the
 
 
 def test_batch_page_has_a_row_per_scenario_with_status_filter_and_sort():
-    from optimizer.report_html import batch_page
+    from optimizer.report.html import batch_page
 
     rows = [{"scenario": "a.yaml", "name": "a", "status": "optimal", "gpu": "L40S", "cards": 2, "tp": 1, "dp": 2,
              "zero_stage": 2, "offload": "none", "micro_batch": 4, "grad_accum": 4, "checkpointing": "none",
@@ -262,7 +262,7 @@ def test_batch_html_leaves_the_results_file_unchanged(run_cli, tmp_path):
 
 
 def test_plan_shows_how_the_offer_is_sold_and_the_instances_rented_when_the_catalog_says():
-    from optimizer.report_html.html_plan import plan_facts
+    from optimizer.report.html.html_plan import plan_facts
 
     plan = {"gpu": "H100-SXM", "offer": "x", "cards": 24, "nodes": 3, "tp": 8, "pp": 1, "dp": 3, "zero_stage": 1,
             "offload": "none", "micro_batch": 1, "grad_accum": 4, "precision": "bf16", "optimizer": "adamw",
@@ -276,7 +276,7 @@ def test_plan_shows_how_the_offer_is_sold_and_the_instances_rented_when_the_cata
 
 
 def test_currency_conversion_names_the_rate_its_source_and_date(catalog):
-    from optimizer.report_html.html_plan import fx_line
+    from optimizer.report.html.html_plan import fx_line
 
     rate = catalog.rate("USD", "CNY")
     line = fx_line({"total": 10.0, "currency": "USD", "budget_currency_total": 10.0 * rate.rate,

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer.catalog import CATALOG_DIR, load_catalog
-from optimizer.import_skypilot import import_text
-from optimizer.planner import prepare, solve_scenario
-from optimizer.validator import check_plan
+from optimizer.inputs.catalog import CATALOG_DIR, load_catalog
+from optimizer.inputs.import_skypilot import import_text
+from optimizer.solve.planner import prepare, solve_scenario
+from optimizer.solve.validator import check_plan
 
 from .conftest import REFERENCE, scenario_doc
 

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from optimizer.planner import Overrides, solve_scenario
-from optimizer.schema import Objective, Status
+from optimizer.inputs.schema import Objective, Status
+from optimizer.solve.planner import Overrides, solve_scenario
 
 SMALL = {"gpus": ["A100-80G", "H100-SXM"]}  # two GPU types keep every solve fast and leave a cost/time trade-off
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer.catalog import load_catalog
-from optimizer.planner import prepare, solve_scenario
-from optimizer.space import card_counts
-from optimizer.validator import check_plan
+from optimizer.inputs.catalog import load_catalog
+from optimizer.solve.planner import prepare, solve_scenario
+from optimizer.solve.space import card_counts
+from optimizer.solve.validator import check_plan
 
 from .conftest import scenario_doc
 from .test_offers_hosts import SRC, offer, write, write_offers
@@ -90,7 +90,7 @@ def test_every_multi_gpu_row_of_the_imported_catalogs_is_an_instance():
 
 def test_portfolio_rents_whole_instances(tmp_path):
     # a portfolio job on an instance offer only: its rental runs take whole 8-card machines
-    from optimizer.portfolio_plan import build_problem
+    from optimizer.portfolio.plan import build_problem
 
     offers = write_offers(tmp_path, [offer("inst-a100", "A100-80G", 1.0, sold_as="instance",
                                            host={"ram_gib": 1024, **SRC})])  # fmt: skip

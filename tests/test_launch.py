@@ -6,12 +6,12 @@ import json
 
 import yaml
 
-from optimizer.catalog import load_scenario, resolve_model
+from optimizer.inputs.catalog import load_scenario, resolve_model
+from optimizer.inputs.schema import Scenario
+from optimizer.inputs.schema_plan import Plan
 from optimizer.launch import deepspeed_config, from_pretrained, fsdp_plugin, hf_arguments, launch_settings
-from optimizer.planner import solve_scenario
-from optimizer.schema import Scenario
-from optimizer.schema_plan import Plan
-from optimizer.space import enumerate_all
+from optimizer.solve.planner import solve_scenario
+from optimizer.solve.space import enumerate_all
 
 from .conftest import REPO, scenario_doc, seventy_b
 

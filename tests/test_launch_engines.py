@@ -15,12 +15,12 @@ import itertools
 
 import pytest
 
-from optimizer.catalog import resolve_model
-from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
-from optimizer.errors import InputError
+from optimizer.inputs.catalog import resolve_model
+from optimizer.inputs.errors import InputError
 from optimizer.launch import launch_settings
-from optimizer.planner import prepare, solve_scenario
-from optimizer.space import enumerate_all
+from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
+from optimizer.solve.planner import prepare, solve_scenario
+from optimizer.solve.space import enumerate_all
 
 ENGINES = ["hf_deepspeed", "hf_fsdp", "torchtune", "nemo"]
 METHODS = ["full", "lora", "qlora"]

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.catalog import load_catalog
+from optimizer.inputs.catalog import load_catalog
+from optimizer.inputs.schema import Scenario
+from optimizer.inputs.schema_plan import Plan
 from optimizer.launch import launch_settings
-from optimizer.planner import solve_scenario
-from optimizer.probe import probe_scenario
-from optimizer.schema import Scenario
-from optimizer.schema_plan import Plan
+from optimizer.measure.probe import probe_scenario
+from optimizer.solve.planner import solve_scenario
 
 from .conftest import scenario_doc
 

@@ -5,9 +5,9 @@ A LoRA with rank 8 and alpha 24 (different numbers, so a swap shows) and a plan 
 
 from __future__ import annotations
 
+from optimizer.inputs.schema import Scenario
+from optimizer.inputs.schema_plan import Plan
 from optimizer.launch import launch_settings
-from optimizer.schema import Scenario
-from optimizer.schema_plan import Plan
 
 from .conftest import scenario_doc
 from .test_launch import _plan as launch_plan

@@ -1,8 +1,8 @@
 """Every user limit of the registry behaves the same in solve, pareto, portfolio and the explanations.
 
-For each entry of optimizer.limits.REGISTRY the test makes the limit bind, then checks against independent
+For each entry of optimizer.solve.limits.REGISTRY the test makes the limit bind, then checks against independent
 readings of the candidates (RAW below: plain attribute reads and the validator's exact decimal rounding, not
-optimizer.limits.column) that: solve and the front agree on feasibility and on the chosen plan; the explanation
+optimizer.solve.limits.column) that: solve and the front agree on feasibility and on the chosen plan; the explanation
 names the limit's scenario field and its suggested value restores a plan; the portfolio's filter admits exactly the
 candidates the limit admits (or, for limits the portfolio replaces, all of them). A new entry without a RAW reading
 and a binding recipe fails test_every_limit_has_an_independent_reading.
@@ -18,16 +18,16 @@ import numpy as np
 import pytest
 import yaml
 
-from optimizer.catalog import load_catalog, resolve_model
-from optimizer.explain import explain
-from optimizer.limits import BY_KEY, REGISTRY, SOLVER_KEYS, Limits, limits_from
-from optimizer.pareto import front, pareto_scenario
-from optimizer.planner import solve_scenario
-from optimizer.portfolio_plan import _allowed
-from optimizer.schema import Objective, Scenario, Status
-from optimizer.solver import SolverSettings, solve
-from optimizer.space import Space, build
-from optimizer.validator import ceil_cents, ceil_seconds
+from optimizer.inputs.catalog import load_catalog, resolve_model
+from optimizer.inputs.schema import Objective, Scenario, Status
+from optimizer.portfolio.plan import _allowed
+from optimizer.solve.explain import explain
+from optimizer.solve.limits import BY_KEY, REGISTRY, SOLVER_KEYS, Limits, limits_from
+from optimizer.solve.pareto import front, pareto_scenario
+from optimizer.solve.planner import solve_scenario
+from optimizer.solve.solver import SolverSettings, solve
+from optimizer.solve.space import Space, build
+from optimizer.solve.validator import ceil_cents, ceil_seconds
 
 from .conftest import REPO, scenario_doc
 
@@ -39,7 +39,7 @@ def _offer(sp: Space, i: int):
     return sp.offers[int(sp.cand.offer_idx[i])]
 
 
-RAW = {  # limit key -> the candidate's value, read independently of optimizer.limits
+RAW = {  # limit key -> the candidate's value, read independently of optimizer.solve.limits
     "gpus": lambda sp, i: _offer(sp, i).gpu,
     "providers": lambda sp, i: _offer(sp, i).provider.lower(),
     "max_cards": lambda sp, i: int(sp.cand.cards[i]),

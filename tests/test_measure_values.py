@@ -1,4 +1,5 @@
-"""Units of a measurement: GB are 10^9 bytes, GiB 2^30 (optimizer/measure.py), through to the calibration rows."""
+"""Units of a measurement: GB are 10^9 bytes, GiB 2^30 (optimizer/inputs/measurement.py), through to the calibration
+rows."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer.calibrate import calibrate
-from optimizer.measure import Measured, load_cases
+from optimizer.inputs.measurement import Measured, load_cases
+from optimizer.measure.calibrate import calibrate
 from tests.conftest import REFERENCE
 
 

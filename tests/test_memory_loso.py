@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from optimizer.catalog import load_catalog
+from optimizer.inputs.catalog import load_catalog
 from tests.conftest import REPO
 from tests.memory_loso import (
     CONTEXT_GRID_GIB,

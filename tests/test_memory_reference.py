@@ -16,8 +16,8 @@ import json
 import pytest
 import yaml
 
-from optimizer.catalog import load_catalog
-from optimizer.planner import estimate_scenario
+from optimizer.inputs.catalog import load_catalog
+from optimizer.solve.planner import estimate_scenario
 from tests.memory_reference_cases import (
     NOTE_SETTINGS,
     evaluate_all,

@@ -126,9 +126,9 @@ def test_hf_standard_loss_is_the_framework_default_and_equal_to_torchtunes_curre
 
 def test_new_settings_default_off_in_a_scenario_and_activation_offload_keeps_one_layer():
     # a scenario that does not mention compile / activation_offload / optimizer_in_backward trains without them
-    from optimizer.catalog import load_catalog, resolve_model
-    from optimizer.schema import Scenario
-    from optimizer.space import make_job
+    from optimizer.inputs.catalog import load_catalog, resolve_model
+    from optimizer.inputs.schema import Scenario
+    from optimizer.solve.space import make_job
 
     from .conftest import scenario_doc
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from optimizer.catalog import import_hf_config, resolve_model
-from optimizer.errors import InputError
-from optimizer.planner import solve_scenario
-from optimizer.schema import Scenario
+from optimizer.inputs.catalog import import_hf_config, resolve_model
+from optimizer.inputs.errors import InputError
+from optimizer.inputs.schema import Scenario
+from optimizer.solve.planner import solve_scenario
 
 from .conftest import scenario_doc
 

@@ -37,9 +37,9 @@ def test_each_pattern_still_changes_its_file(mutation):
 
 
 def test_a_stale_pattern_stops_the_check(tmp_path):
-    gone = MUTATION.Mutation("gone", "solver", ("optimizer/solver.py",), r"no such line anywhere \(\)", "",
+    gone = MUTATION.Mutation("gone", "solver", ("optimizer/solve/solver.py",), r"no such line anywhere \(\)", "",
                              ("tests/test_pareto.py",), "a pattern the code no longer has")  # fmt: skip
-    no_test = MUTATION.Mutation("no-test", "solver", ("optimizer/solver.py",), r"import math", "import cmath",
+    no_test = MUTATION.Mutation("no-test", "solver", ("optimizer/solve/solver.py",), r"import math", "import cmath",
                                 ("tests/test_no_such_file.py",), "targets a test file that is gone")  # fmt: skip
     problems = MUTATION.stale([gone, no_test, MUTATION.MUTATIONS[0]])
     assert [p.split(":")[0] for p in problems] == ["gone", "no-test"]

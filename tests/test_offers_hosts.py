@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 import yaml
 
-from optimizer import hosts
-from optimizer.catalog import load_catalog
-from optimizer.models import overheads
-from optimizer.planner import estimate_scenario, solve_scenario
-from optimizer.validator import check_plan
+from optimizer.inputs.catalog import load_catalog
+from optimizer.models import hosts, overheads
+from optimizer.solve.planner import estimate_scenario, solve_scenario
+from optimizer.solve.validator import check_plan
 
 from .conftest import REPO, scenario_doc
 
@@ -136,7 +135,7 @@ def test_validator_rejects_a_plan_over_the_stated_host_ram(tmp_path, catalog):
 
 def test_per_card_ram_scales_with_the_cards_rented_in_the_node():
     lam = offer("x", "H100-SXM", 1.0, host={"ram_gib_per_card": 225, **SRC})
-    from optimizer.schema_catalog import Offer
+    from optimizer.inputs.schema_catalog import Offer
 
     o = Offer.model_validate({**lam, "currency": "USD"})
     ram = hosts.host_ram_bytes([o], np.array([0, 0]), np.array([1, 8]))
@@ -253,7 +252,7 @@ def test_plan_json_carries_offer_capacity_interruptions_requirements_and_checkli
 
 
 def load(result: Any) -> Any:
-    from optimizer.planner import prepare
+    from optimizer.solve.planner import prepare
 
     return prepare(REPO / "scenarios" / "14b-lora.yaml")[1]
 
@@ -273,7 +272,7 @@ def test_checklist_expects_what_the_plan_was_computed_with(tmp_path):
 
 
 def _owned_runs(tmp_path: Path, **owned: Any) -> list:
-    from optimizer.portfolio_plan import build_problem
+    from optimizer.portfolio.plan import build_problem
 
     # full fine-tuning of an 8B model on one owned 24 GB card needs its states offloaded: ~120 GiB of host RAM
     offers = write_offers(tmp_path, [offer("rent-a100", "A100-80G", 50.0, host={"ram_gib": 2048, **SRC})])

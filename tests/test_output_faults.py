@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import atomic, batch
-from optimizer.atomic import safe_name, write_atomic
-from optimizer.batch import read_rows, run_batch
-from optimizer.errors import EXIT_OUTPUT, EXIT_TERMINATED, OutputError
+from optimizer.inputs import atomic
+from optimizer.inputs.atomic import safe_name, write_atomic
+from optimizer.inputs.errors import EXIT_OUTPUT, EXIT_TERMINATED, OutputError
+from optimizer.solve import batch
+from optimizer.solve.batch import read_rows, run_batch
 
 from .conftest import REPO
 

@@ -13,14 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import optimizer.pareto as pareto_mod
-from optimizer.catalog import load_catalog, resolve_model
-from optimizer.pareto import front, pareto_scenario, relevant
-from optimizer.planner import solve_scenario
-from optimizer.schema import Objective, Scenario, Status
-from optimizer.solver import Limits, cents, seconds, solve
-from optimizer.space import Space, build
-from optimizer.validator import ceil_cents, ceil_seconds, exact
+import optimizer.solve.pareto as pareto_mod
+from optimizer.inputs.catalog import load_catalog, resolve_model
+from optimizer.inputs.schema import Objective, Scenario, Status
+from optimizer.solve.pareto import front, pareto_scenario, relevant
+from optimizer.solve.planner import solve_scenario
+from optimizer.solve.solver import Limits, cents, seconds, solve
+from optimizer.solve.space import Space, build
+from optimizer.solve.validator import ceil_cents, ceil_seconds, exact
 
 from .conftest import REPO, scenario_doc, seventy_b
 

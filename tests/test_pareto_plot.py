@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from optimizer.pareto import pareto_scenario
+from optimizer.solve.pareto import pareto_scenario
 
 from .conftest import REPO
 
@@ -20,7 +20,7 @@ def lora_front():
 
 @pytest.fixture(scope="module")
 def lora_figure(lora_front):
-    from optimizer.report_front import front_figure
+    from optimizer.report.front import front_figure
 
     fig = front_figure(lora_front)
     fig.canvas.draw()

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer import validator
-from optimizer.catalog import load_scenario
-from optimizer.errors import InputError
+from optimizer.inputs.catalog import load_scenario
+from optimizer.inputs.errors import InputError
 from optimizer.launch import launch_settings
-from optimizer.planner import prepare, solve_scenario
+from optimizer.solve import validator
+from optimizer.solve.planner import prepare, solve_scenario
 from tests.conftest import scenario_doc
 
 NEMO = {"framework": "nemo", "optimizer": "adamw", "attention": "flash"}

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import yaml
 
-from optimizer.catalog import load_catalog
+from optimizer.inputs.catalog import load_catalog
+from optimizer.inputs.schema import Attention
 from optimizer.models.attention import attention_on, runs_flash
-from optimizer.planner import Overrides, estimate_scenario, solve_scenario
-from optimizer.schema import Attention
+from optimizer.solve.planner import Overrides, estimate_scenario, solve_scenario
 
 from .conftest import REPO
 

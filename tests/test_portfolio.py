@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer.planner import solve_scenario
-from optimizer.portfolio import Occurrence, Problem, Rental, Run, solve
-from optimizer.portfolio_plan import plan_portfolio
+from optimizer.portfolio.plan import plan_portfolio
+from optimizer.portfolio.schedule import Occurrence, Problem, Rental, Run, solve
+from optimizer.solve.planner import solve_scenario
 
 from .conftest import REPO, scenario_doc
 
@@ -235,7 +235,7 @@ def test_bad_portfolios_are_one_line_errors_with_exit_2(folder: Path, run_cli, c
 
 
 def test_the_shipped_example_validates_and_names_existing_scenarios():
-    from optimizer.portfolio_plan import load_portfolio
+    from optimizer.portfolio.plan import load_portfolio
 
     path = REPO / "portfolios" / "team-q1.yaml"
     pf = load_portfolio(path)

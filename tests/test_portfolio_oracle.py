@@ -16,9 +16,20 @@ from functools import cache
 
 import pytest
 
-from optimizer.portfolio import Occurrence, Pool, Problem, Rental, Run, Schedule, Settings, greedy, lower_bound, solve
-from optimizer.portfolio_problem import purchase_bound
-from optimizer.schema import Status
+from optimizer.inputs.schema import Status
+from optimizer.portfolio.problem import purchase_bound
+from optimizer.portfolio.schedule import (
+    Occurrence,
+    Pool,
+    Problem,
+    Rental,
+    Run,
+    Schedule,
+    Settings,
+    greedy,
+    lower_bound,
+    solve,
+)
 
 GRID_S = 6 * 3600  # six hours per grid unit
 HORIZON = 6  # grid units: a day and a half
@@ -158,9 +169,9 @@ def evaluate(problem: Problem, schedule) -> Fraction | None:
 
 def _bill(prices: dict[str, float], increment_s: int, seconds: int) -> float:
     # the runs' solo bills come from the production billing (cost.py) so that the oracle checks it too
+    from optimizer.inputs.schema import Term
+    from optimizer.inputs.schema_catalog import Offer, Price
     from optimizer.models.cost import bill
-    from optimizer.schema import Term
-    from optimizer.schema_catalog import Offer, Price
 
     terms = {Term(t): Price.model_construct(amount=a) for t, a in prices.items()}
     offer = Offer.model_construct(id="x", hour_increment_s=increment_s, prices=terms)
@@ -235,7 +246,7 @@ def test_the_greedy_hint_is_feasible_and_the_quick_bound_is_below_the_optimum(se
 
 @pytest.mark.parametrize("seed", [3, 10, 12])
 def test_cp_sat_stopping_before_any_solution_still_answers_with_the_hint_and_a_valid_bound(seed, monkeypatch):
-    import optimizer.portfolio as portfolio
+    import optimizer.portfolio.schedule as portfolio
 
     monkeypatch.setattr(portfolio, "status_of", lambda code: None)  # as if the time limit struck before a solution
     problem = random_problem(random.Random(seed))

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer.portfolio import Occurrence, Problem, Rental, Run, solve
-from optimizer.portfolio_plan import plan_portfolio
+from optimizer.portfolio.plan import plan_portfolio
+from optimizer.portfolio.schedule import Occurrence, Problem, Rental, Run, solve
 
 from .conftest import scenario_doc
 from .test_portfolio import OFFERS, write_portfolio

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer.context import FP16_FOR_BF16
-from optimizer.planner import estimate_scenario, solve_scenario
+from optimizer.solve.context import FP16_FOR_BF16
+from optimizer.solve.planner import estimate_scenario, solve_scenario
 
 V100_ONLY = {"allow": {"gpus": ["V100-32G"]}}
 

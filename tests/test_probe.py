@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer import probe_script
-from optimizer.catalog import load_scenario
-from optimizer.measure import parse_cases
-from optimizer.planner import estimate_scenario, solve_scenario
-from optimizer.probe import probe_scenario
-from optimizer.schema import Scenario
-from optimizer.yamlio import validate
+from optimizer.inputs.catalog import load_scenario
+from optimizer.inputs.measurement import parse_cases
+from optimizer.inputs.schema import Scenario
+from optimizer.inputs.yamlio import validate
+from optimizer.measure import probe_script
+from optimizer.measure.probe import probe_scenario
+from optimizer.solve.planner import estimate_scenario, solve_scenario
 from tests.conftest import REPO, seventy_b
 
 SEVEN_B = REPO / "scenarios" / "7b-lora.yaml"
@@ -173,8 +173,8 @@ def test_a_multi_card_trial_runs_exactly_its_warm_up_and_measured_steps(probe_70
 def test_the_probe_states_the_host_ram_its_run_takes(probe_70b):
     """70B full fine-tuning under ZeRO-3: the weights are partitioned as created on the GPUs, so the host holds the
     processes and the offloaded optimizer states only; under FSDP rank 0 would hold one fp32 copy (4 B/param)."""
-    from optimizer.catalog import load_catalog, resolve_model
-    from optimizer.probe import probe_host_ram
+    from optimizer.inputs.catalog import load_catalog, resolve_model
+    from optimizer.measure.probe import probe_host_ram
 
     probe, cfg = probe_70b
     catalog = load_catalog()

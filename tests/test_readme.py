@@ -2,7 +2,7 @@
 
 The commands run in a scratch folder holding a copy of scenarios/ and the files the README shows as YAML blocks
 whose first line is ``# file: NAME``. A command whose comment says ``exits 1`` must exit 1; every other must
-exit 0. Each runs in-process through the console entry point (optimizer.cli.main), so the whole README takes a
+exit 0. Each runs in-process through the console entry point (optimizer.cli.commands.main), so the whole README takes a
 few seconds.
 """
 

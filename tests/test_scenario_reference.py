@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from optimizer import report_reference
-from optimizer.report_reference import BLOCKS, PAGE, render, type_text
-from optimizer.schema import Method
+from optimizer.inputs.schema import Method
+from optimizer.report import reference as report_reference
+from optimizer.report.reference import BLOCKS, PAGE, render, type_text
 from tests.conftest import REPO
 
 
 def test_checked_in_page_matches_the_schema():
-    assert PAGE.read_text(encoding="utf-8") == render(), "run: python -m optimizer.report_reference"
+    assert PAGE.read_text(encoding="utf-8") == render(), "run: python -m optimizer.report.reference"
     assert report_reference.main(["--check"]) == 0
 
 
@@ -39,7 +39,7 @@ def test_help_prints_the_usage_and_writes_nothing(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("stale\n", encoding="utf-8")
     before = PAGE.stat().st_mtime_ns
-    done = subprocess.run([sys.executable, "-m", "optimizer.report_reference", "--help"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "optimizer.report.reference", "--help"], capture_output=True,
                           text=True, cwd=REPO, timeout=120)  # fmt: skip
     assert done.returncode == 0
     assert "--check" in done.stdout and "--output" in done.stdout

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer.planner import estimate_scenario, solve_scenario
-from optimizer.schema import Status
+from optimizer.inputs.schema import Status
+from optimizer.solve.planner import estimate_scenario, solve_scenario
 
 from .conftest import REPO, seventy_b
 

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optimizer.catalog import load_catalog, load_scenario
-from optimizer.errors import InputError
-from optimizer.schema import PlanPins, Scenario, Term
-from optimizer.schema_plan import Estimate
-from optimizer.validator import validate_catalog_files
+from optimizer.inputs.catalog import load_catalog, load_scenario
+from optimizer.inputs.errors import InputError
+from optimizer.inputs.schema import PlanPins, Scenario, Term
+from optimizer.inputs.schema_plan import Estimate
+from optimizer.solve.validator import validate_catalog_files
 
 from .conftest import REPO, scenario_doc
 

@@ -24,16 +24,16 @@ import numpy as np
 import pytest
 import yaml
 
-from optimizer import hosts, space
-from optimizer.catalog import Catalog, load_catalog
-from optimizer.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, column
-from optimizer.errors import InputError
-from optimizer.models import memory
-from optimizer.planner import prepare, solve_scenario, to_estimate
-from optimizer.schema import Checkpointing, ModelArch, Offload, Precision, Scenario, Status
-from optimizer.schema_catalog import Offer
-from optimizer.solver import cents, limits_from, seconds, solve
-from optimizer.validator import (
+from optimizer.inputs.catalog import Catalog, load_catalog
+from optimizer.inputs.errors import InputError
+from optimizer.inputs.schema import Checkpointing, ModelArch, Offload, Precision, Scenario, Status
+from optimizer.inputs.schema_catalog import Offer
+from optimizer.models import hosts, memory
+from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, column
+from optimizer.solve import space
+from optimizer.solve.planner import prepare, solve_scenario, to_estimate
+from optimizer.solve.solver import cents, limits_from, seconds, solve
+from optimizer.solve.validator import (
     ceil_cents,
     ceil_seconds,
     check_plan,

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from optimizer.models import interruptions
-from optimizer.planner import estimate_scenario, prepare, solve_scenario
-from optimizer.validator import check_plan
+from optimizer.solve.planner import estimate_scenario, prepare, solve_scenario
+from optimizer.solve.validator import check_plan
 
 from .conftest import scenario_doc
 from .test_offers_hosts import SRC, offer, write, write_offers

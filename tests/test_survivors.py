@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer.catalog import load_catalog
+from optimizer.inputs.catalog import load_catalog
+from optimizer.inputs.schema import Status
 from optimizer.models import activations
-from optimizer.planner import prepare, solve_scenario
-from optimizer.schema import Status
-from optimizer.validator import check_plan, priced
+from optimizer.solve.planner import prepare, solve_scenario
+from optimizer.solve.validator import check_plan, priced
 
 from .conftest import scenario_doc
 from .memory_builders import cfg, consts, job
@@ -197,8 +197,8 @@ def test_tp_divides_the_kv_heads_as_well_as_the_heads(write_scenario, catalog):
     # Grouped-query attention with 32 query heads and 4 KV heads: tp 8 divides the heads but not the KV heads (each
     # rank would hold half a KV head), so no layout may use it; tp 2 and 4 divide both. No catalog model tells the two
     # checks apart (for each, tp | heads already implies tp | kv_heads), hence the inline model.
-    from optimizer.catalog import load_scenario, resolve_model
-    from optimizer.space import enumerate_all
+    from optimizer.inputs.catalog import load_scenario, resolve_model
+    from optimizer.solve.space import enumerate_all
 
     model = {"name": "gqa-32q-4kv", "layers": 16, "hidden": 4096, "intermediate": 11008, "heads": 32, "kv_heads": 4,
              "vocab": 32000, "tied_embeddings": False}  # fmt: skip

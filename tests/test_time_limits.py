@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pytest
 
-from optimizer.planner import load_space
-from optimizer.schema import Objective, Status
-from optimizer.solver import SolverSettings, _Columns, incumbent, solve
+from optimizer.inputs.schema import Objective, Status
+from optimizer.solve.planner import load_space
+from optimizer.solve.solver import SolverSettings, _Columns, incumbent, solve
 
 from .conftest import REPO
 

@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optimizer.catalog import load_catalog
+from optimizer.inputs.catalog import load_catalog
 from optimizer.models import timing
 from tests.conftest import timing_inputs
 

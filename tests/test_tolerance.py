@@ -15,14 +15,14 @@ from fractions import Fraction
 
 import pytest
 
-from optimizer.catalog import default_offer_files, load_catalog, resolve_model
-from optimizer.limits import Limits
-from optimizer.pareto import front, pareto_scenario
-from optimizer.planner import solve_scenario
-from optimizer.schema import Objective, Scenario
-from optimizer.solver import SolverSettings, solve
-from optimizer.space import Space, build
-from optimizer.validator import ceil_cents, ceil_seconds
+from optimizer.inputs.catalog import default_offer_files, load_catalog, resolve_model
+from optimizer.inputs.schema import Objective, Scenario
+from optimizer.solve.limits import Limits
+from optimizer.solve.pareto import front, pareto_scenario
+from optimizer.solve.planner import solve_scenario
+from optimizer.solve.solver import SolverSettings, solve
+from optimizer.solve.space import Space, build
+from optimizer.solve.validator import ceil_cents, ceil_seconds
 
 from .conftest import scenario_doc
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from optimizer.planner import solve_scenario
+from optimizer.solve.planner import solve_scenario
 from tests.conftest import REPO
 
 SCENARIO = REPO / "tests" / "data" / "scenarios" / "70b-nemo-full.yaml"

@@ -16,11 +16,11 @@ import sys
 import pytest
 import yaml
 
-from optimizer.catalog import load_catalog
-from optimizer.errors import InputError
+from optimizer.inputs.catalog import load_catalog
+from optimizer.inputs.errors import InputError
 from optimizer.models.uncertainty import ratio_quantiles, time_band
-from optimizer.planner import estimate_scenario, solve_scenario
-from optimizer.validator import exact_bill
+from optimizer.solve.planner import estimate_scenario, solve_scenario
+from optimizer.solve.validator import exact_bill
 from tests.conftest import REPO
 from tests.memory_loso import loso as memory_loso
 from tests.memory_loso import loso_ratios as memory_loso_ratios

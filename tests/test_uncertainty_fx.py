@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer.planner import estimate_scenario
+from optimizer.solve.planner import estimate_scenario
 
 PINS = {"gpu": "A100-80G", "cards": 2, "zero_stage": 3, "micro_batch": 2, "checkpointing": "full"}
 USD_CNY = 6.7686

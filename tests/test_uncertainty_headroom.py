@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from optimizer.models.uncertainty import headroom_for_p90
-from optimizer.planner import estimate_scenario, solve_scenario
+from optimizer.solve.planner import estimate_scenario, solve_scenario
 from tests.conftest import REPO
 
 WARNING = "over the card's memory at the high end"

@@ -7,8 +7,8 @@ import os
 import stat
 from pathlib import Path
 
-from optimizer.atomic import write_atomic
-from optimizer.report import billing_basis
+from optimizer.inputs.atomic import write_atomic
+from optimizer.report.plan import billing_basis
 
 
 def test_a_cost_in_another_currency_names_the_budget_currency(run_cli, write_scenario):

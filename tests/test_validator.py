@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from optimizer.planner import SolveResult, estimate_scenario, prepare, solve_scenario
-from optimizer.schema import Budget, Offload, OptimizerName, Precision, Scenario
-from optimizer.schema_plan import Estimate
-from optimizer.validator import check_plan
+from optimizer.inputs.schema import Budget, Offload, OptimizerName, Precision, Scenario
+from optimizer.inputs.schema_plan import Estimate
+from optimizer.solve.planner import SolveResult, estimate_scenario, prepare, solve_scenario
+from optimizer.solve.validator import check_plan
 
 from .conftest import REPO, seventy_b
 

@@ -1,6 +1,7 @@
 """The launch settings under test: every shipped scenario, and pinned variants over engines and knobs.
 
-Each case is solved by ftopt itself (``optimizer.planner.solve_scenario``), so what is validated is what ``ftopt solve
+Each case is solved by ftopt itself (``optimizer.solve.planner.solve_scenario``), so what is validated is what ``ftopt
+solve
 --launch-dir`` writes for the best plan. Variants pin the knobs (engine, ZeRO stage, offload, method, precision,
 checkpointing, tp, cards and nodes) and leave the rest (micro-batch, accumulation) to the solver.
 """
@@ -18,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from optimizer.planner import solve_scenario
-from optimizer.schema import Scenario
-from optimizer.schema_plan import Plan
+from optimizer.inputs.schema import Scenario
+from optimizer.inputs.schema_plan import Plan
+from optimizer.solve.planner import solve_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((REPO / "scenarios").glob("*.yaml"))
@@ -156,7 +157,7 @@ class Case:
 @functools.cache
 def solved(name: str) -> Case:
     """Solve a shipped scenario or a variant (written under WORKDIR) and return its launch settings."""
-    from optimizer.catalog import load_catalog, resolve_model
+    from optimizer.inputs.catalog import load_catalog, resolve_model
 
     if name in VARIANTS:
         path = Path(WORKDIR) / f"{name}.yaml"

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
-from optimizer.catalog import load_catalog
-from optimizer.schema_catalog import Gpu
-from optimizer.schema_plan import Plan
+from optimizer.inputs.catalog import load_catalog
+from optimizer.inputs.schema_catalog import Gpu
+from optimizer.inputs.schema_plan import Plan
 
 # FlashAttention 2 runs on Ampere, Ada, Hopper and Blackwell (compute capability 8.0+; Dao-AILab/flash-attention
 # README "Requirements": Turing and Volta are not supported) and on AMD MI200/MI300 (README "AMD ROCm Support")

@@ -32,7 +32,7 @@ def _run(*args: str | Path, cwd: Path = REPO) -> subprocess.CompletedProcess:
 
 
 def _ftopt(*args: str | Path) -> subprocess.CompletedProcess:
-    return _run("-c", "from optimizer.cli import main; main()", *args)
+    return _run("-c", "from optimizer.cli.commands import main; main()", *args)
 
 
 def _tiny_probe(scenario: Path, out: Path) -> Path:

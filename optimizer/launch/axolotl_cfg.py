@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from optimizer.inputs.schema import Attention, Checkpointing, Method, Offload, Precision, Scenario
+from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.ds_config import ds_declares_optimizer
 from optimizer.launch.hf_args import HF_OPTIM, trainer_recomputes
 from optimizer.launch.launch_common import (
@@ -23,8 +25,6 @@ from optimizer.launch.launch_common import (
     uses_deepspeed,
     uses_fsdp,
 )
-from optimizer.schema import Attention, Checkpointing, Method, Offload, Precision, Scenario
-from optimizer.schema_plan import Plan
 
 CONFIG_FILE = "axolotl.yaml"
 # Axolotl attn_implementation (the flash_attention / sdp_attention / eager_attention booleans are deprecated aliases)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from optimizer.inputs.schema import Framework, OptimizerName, Scenario
+from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.axolotl_cfg import axolotl_command, axolotl_notes
 from optimizer.launch.exporters import file_exports
 from optimizer.launch.fsdp_args import fsdp_plugin
@@ -18,8 +20,6 @@ from optimizer.launch.launch_common import peft_lora_config, uses_deepspeed, use
 from optimizer.launch.llamafactory_cfg import llamafactory_settings
 from optimizer.launch.nemo_cfg import nemo_settings
 from optimizer.launch.torchtune_cfg import torchtune_settings
-from optimizer.schema import Framework, OptimizerName, Scenario
-from optimizer.schema_plan import Plan
 
 ZERO3_LOADING = (
     "build TrainingArguments(deepspeed='ds_config.json') before from_pretrained: transformers then loads the model "

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.schema import Offload, OptimizerName, Precision
-from optimizer.schema_plan import Plan
+from optimizer.inputs.schema import Offload, OptimizerName, Precision
+from optimizer.inputs.schema_plan import Plan
 
 
 def ds_declares_optimizer(plan: Plan) -> bool:

@@ -15,12 +15,12 @@ from typing import Any, Literal
 
 import yaml
 
+from optimizer.inputs.schema import Framework, Scenario
+from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.axolotl_cfg import CONFIG_FILE, axolotl_config
 from optimizer.launch.ds_config import deepspeed_config
 from optimizer.launch.launch_common import uses_deepspeed
 from optimizer.launch.llamafactory_cfg import llamafactory_config
-from optimizer.schema import Framework, Scenario
-from optimizer.schema_plan import Plan
 
 LAUNCH_FILE = "launch.yaml"  # every exporter's settings, always written
 YAML_WIDTH = 116

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.schema import Checkpointing, Method, Offload, Scenario
-from optimizer.schema_plan import Plan
+from optimizer.inputs.schema import Checkpointing, Method, Offload, Scenario
+from optimizer.inputs.schema_plan import Plan
 
 SHARDING_STRATEGY = {3: "FULL_SHARD", 2: "SHARD_GRAD_OP", 1: "SHARD_GRAD_OP", 0: "NO_SHARD"}
 

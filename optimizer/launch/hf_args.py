@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from optimizer.inputs.schema import Checkpointing, Method, OptimizerName, Precision, Scenario
+from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.ds_config import ds_declares_optimizer
 from optimizer.launch.launch_common import (
     ACCELERATE_PRECISION,
@@ -25,8 +27,6 @@ from optimizer.launch.launch_common import (
     uses_deepspeed,
     uses_fsdp,
 )
-from optimizer.schema import Checkpointing, Method, OptimizerName, Precision, Scenario
-from optimizer.schema_plan import Plan
 
 OLDEST_TRANSFORMERS = "5.23.0"
 # TrainingArguments ``optim`` values (transformers training_args.py OptimizerNames)

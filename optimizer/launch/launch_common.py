@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.schema import Attention, Framework, Method, Offload, Precision, Scenario, Sharding
-from optimizer.schema_plan import Plan
+from optimizer.inputs.schema import Attention, Framework, Method, Offload, Precision, Scenario, Sharding
+from optimizer.inputs.schema_plan import Plan
 
 # accelerate ``--mixed_precision`` choices: no | fp16 | bf16 | fp8 (accelerate commands/launch.py)
 ACCELERATE_PRECISION = {Precision.bf16: "bf16", Precision.fp16: "fp16", Precision.fp8: "fp8", Precision.fp32: "no"}

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from optimizer.inputs.schema import Attention, Checkpointing, Method, Precision, Scenario
+from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.ds_config import ds_declares_optimizer
 from optimizer.launch.hf_args import HF_OPTIM, launcher
 from optimizer.launch.launch_common import MASTER_PORT, lora_targets, plan_attention, uses_deepspeed, uses_fsdp
-from optimizer.schema import Attention, Checkpointing, Method, Precision, Scenario
-from optimizer.schema_plan import Plan
 
 # LLaMA-Factory ModelArguments flash_attn: auto | disabled | sdpa | fa2
 FLASH_ATTN = {Attention.flash: "fa2", Attention.sdpa: "sdpa", Attention.eager: "disabled"}

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from optimizer.inputs.schema import Attention, Checkpointing, Method, Offload, OptimizerName, Precision, Scenario
+from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.launch_common import plan_attention, torchrun_args
-from optimizer.schema import Attention, Checkpointing, Method, Offload, OptimizerName, Precision, Scenario
-from optimizer.schema_plan import Plan
 
 # NeMo 2 MegatronMixedPrecision ``precision``: "16-mixed" | "bf16-mixed" | "32"; FP8 runs on top of bf16-mixed
 NEMO_PRECISION = {

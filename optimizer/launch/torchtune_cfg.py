@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.catalog import base_model_name
+from optimizer.inputs.catalog import base_model_name
+from optimizer.inputs.schema import Checkpointing, Method, Offload, OptimizerName, Precision, Scenario
+from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.launch_common import lora_targets, torchrun_args
-from optimizer.schema import Checkpointing, Method, Offload, OptimizerName, Precision, Scenario
-from optimizer.schema_plan import Plan
 
 # catalog model name (lower case) -> (torchtune.models module, base builder); the LoRA builder is "lora_" + base and
 # the QLoRA builder "qlora_" + base where the module defines one (torchtune 0.6.1 torchtune/models/*/_model_builders.py)

@@ -1,6 +1,7 @@
 """Per-GPU activations and loss buffers of one micro-batch, one pure function per component.
 
-Every function takes a :class:`~optimizer.configs.Job` (scalars), a :class:`~optimizer.configs.Configs` (arrays of
+Every function takes a :class:`~optimizer.models.configs.Job` (scalars), a :class:`~optimizer.models.configs.Configs`
+(arrays of
 shape ``(n,)``) and the ``memory`` section of ``catalogs/calibration.yaml``, and returns int64 bytes of shape
 ``(n,)`` (:func:`activation_bytes_per_token_layer`: float bytes per token and layer). Notation
 (docs/formulas.md, Part I): L layers, h hidden, I SwiGLU width, a heads, h_kv = kv_heads x
@@ -19,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.configs import CHECKPOINTING, Configs, Job
+from optimizer.inputs.schema import Attention, Checkpointing, Loss, Method
+from optimizer.models.configs import CHECKPOINTING, Configs, Job
 from optimizer.models.pipeline import pipeline_chunks
-from optimizer.schema import Attention, Checkpointing, Loss, Method
 
 _CK_NONE, _CK_SEL = CHECKPOINTING.index(Checkpointing.none), CHECKPOINTING.index(Checkpointing.selective)
 

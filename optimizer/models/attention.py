@@ -10,8 +10,8 @@ so the memory model's flash/SDPA activation term (models/activations.py) prices 
 
 from __future__ import annotations
 
-from optimizer.schema import Attention
-from optimizer.schema_catalog import Gpu
+from optimizer.inputs.schema import Attention
+from optimizer.inputs.schema_catalog import Gpu
 
 FLASH_MIN_COMPUTE_CAPABILITY = (8, 0)  # FlashAttention 2 README, Requirements: Ampere, Ada or Hopper (sm80+)
 FLASH_AMD_ARCHS = frozenset({"cdna3"})  # FlashAttention 2 README, AMD ROCm Support: MI200 / MI300 (CDNA2/3)

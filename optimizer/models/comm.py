@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.configs import CHECKPOINTING, Configs, Hardware, Job
+from optimizer.inputs.schema import Checkpointing
+from optimizer.models.configs import CHECKPOINTING, Configs, Hardware, Job
 from optimizer.models.memory import trainable_params
-from optimizer.schema import Checkpointing
 
 _CK_FULL = CHECKPOINTING.index(Checkpointing.full)
 

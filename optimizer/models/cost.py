@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.errors import InputError
-from optimizer.schema import TERM_HOURS, Term
-from optimizer.schema_catalog import Offer
+from optimizer.inputs.errors import InputError
+from optimizer.inputs.schema import TERM_HOURS, Term
+from optimizer.inputs.schema_catalog import Offer
 
 _LONG = (Term.month, Term.week, Term.day)
 _INCREMENT_UNIT = {3600: "hour", 60: "minute", 1: "second"}

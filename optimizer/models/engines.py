@@ -4,7 +4,7 @@ Checkpointing levels, offloading, parallel degrees, methods, optimizers, optimiz
 offloading.
 
 Engines: hf_deepspeed and hf_fsdp (the hf framework with its ``training.sharding``), torchtune, nemo. The solver
-proposes only configurations the scenario's engine can launch; a pinned value is used as given (optimizer/space.py
+proposes only configurations the scenario's engine can launch; a pinned value is used as given (optimizer/solve/space.py
 ``grid``). The sources of each entry are in calibration.yaml beside it.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optimizer.catalog import Catalog
-from optimizer.configs import Job
-from optimizer.schema import Checkpointing, Framework, Method, Offload, Precision, Scenario
+from optimizer.inputs.catalog import Catalog
+from optimizer.inputs.schema import Checkpointing, Framework, Method, Offload, Precision, Scenario
+from optimizer.models.configs import Job
 
 
 def engine_key(scenario: Scenario, job: Job) -> str:
@@ -58,7 +58,7 @@ def offload_rule(scenario: Scenario, job: Job, catalog: Catalog) -> OffloadRule:
 
     ``offload_optimizers``: optimizers that can step on the CPU; ``offload_modes``: the (zero_stage, offload) pairs
     and, for full fine-tuning, the fewest data-parallel ranks (``full_min_dp``). An engine missing from either
-    allows everything. A pinned offload is used as given (optimizer.space.grid).
+    allows everything. A pinned offload is used as given (optimizer.solve.space.grid).
     """
     key = engine_key(scenario, job)
     frameworks = catalog.calibration.get("frameworks", {})

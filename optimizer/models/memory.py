@@ -1,6 +1,7 @@
 """Per-GPU peak training memory, one pure function per component.
 
-Every function takes a :class:`~optimizer.configs.Job` (scalars), a :class:`~optimizer.configs.Configs` (arrays of
+Every function takes a :class:`~optimizer.models.configs.Job` (scalars), a :class:`~optimizer.models.configs.Configs`
+(arrays of
 shape ``(n,)``) and the ``memory`` section of ``catalogs/calibration.yaml``, and returns int64 bytes of shape
 ``(n,)``. Notation (docs/formulas.md, Part I): P parameters, L layers, h hidden, I SwiGLU width,
 a heads, h_kv = kv_heads x head_dim, V vocab, s sequence length, b micro-batch, T = s b tokens per micro-batch,
@@ -35,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.configs import OFFLOAD, OPTIMIZER, PRECISION, Configs, Job
+from optimizer.inputs.schema import Framework, Method, Offload, OptimizerName, Precision, Sharding
 from optimizer.models.activations import _f, _i64, _targets, activation_bytes, logits_bytes
-from optimizer.schema import Framework, Method, Offload, OptimizerName, Precision, Sharding
+from optimizer.models.configs import OFFLOAD, OPTIMIZER, PRECISION, Configs, Job
 
 GIB = 2**30
 _NONE, _ALL = OFFLOAD.index(Offload.none), OFFLOAD.index(Offload.all)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.configs import OPTIMIZER, Configs, Job
+from optimizer.models.configs import OPTIMIZER, Configs, Job
 from optimizer.models.memory import trainable_params
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.configs import Configs, Job
+from optimizer.models.configs import Configs, Job
 
 
 def pipeline_chunks(job: Job, cfg: Configs) -> np.ndarray:

@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.configs import CHECKPOINTING, OFFLOAD, PRECISION, Configs, Hardware, Job
+from optimizer.inputs.schema import Attention, Checkpointing, Method, Offload, Precision
 from optimizer.models import comm
+from optimizer.models.configs import CHECKPOINTING, OFFLOAD, PRECISION, Configs, Hardware, Job
 from optimizer.models.memory import linear_params, trainable_params
 from optimizer.models.pipeline import pipeline_chunks
-from optimizer.schema import Attention, Checkpointing, Method, Offload, Precision
 
 _CK_NONE, _CK_SEL, _CK_FULL = (CHECKPOINTING.index(c) for c in Checkpointing)
 _NONE, _OPT, _ALL = (OFFLOAD.index(o) for o in Offload)

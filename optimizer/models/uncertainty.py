@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from optimizer.inputs.schema import Scenario
+from optimizer.inputs.schema_catalog import Offer
+from optimizer.inputs.schema_plan import CostBand, Estimate, MemoryBand, TimeBand, Uncertainty
 from optimizer.models import cost
 from optimizer.models import coverage as cov
-from optimizer.schema import Scenario
-from optimizer.schema_catalog import Offer
-from optimizer.schema_plan import CostBand, Estimate, MemoryBand, TimeBand, Uncertainty
 
 QUANTILES = {"ratio_p10": 0.10, "ratio_p50": 0.50, "ratio_p90": 0.90}
 TAIL = {"ratio_p99": 0.99}  # written for memory only: what ``risk: p99`` fits at

@@ -1,0 +1,37 @@
+"""The ``ftopt portfolio`` command: many jobs over months on owned, bought and rented cards (issue 15)."""
+
+from __future__ import annotations
+
+import click
+
+from optimizer.portfolio.plan import plan_portfolio
+from optimizer.portfolio.schedule import Settings
+from optimizer.report import html as report_html
+from optimizer.report import plan as report
+from optimizer.report import portfolio as report_portfolio
+
+PORTFOLIO_EXAMPLES = """\b
+Examples:
+  ftopt portfolio portfolios/team-q1.yaml
+  ftopt portfolio portfolios/team-q1.yaml --json --plot schedule.png
+  ftopt portfolio portfolios/team-q1.yaml --time-limit 120
+"""
+
+
+@click.command("portfolio", epilog=PORTFOLIO_EXAMPLES)
+@click.argument("file", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (docs/portfolio.md).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw the schedule to a .png or .svg.")
+@click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=60.0, help="CP-SAT time limit (s).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Also write a self-contained HTML report.")
+def portfolio(file: str, as_json: bool, plot_path: str | None, time_limit: float, html_path: str | None) -> None:
+    """Schedule every job of a portfolio FILE at least cost: when, on what, bought or rented (CP-SAT)."""
+    result = plan_portfolio(file, Settings(time_limit_s=time_limit))
+    if plot_path:
+        report_portfolio.plot_schedule(result, plot_path)
+    if html_path:
+        report_html.write_page(html_path, report_html.portfolio_page(result, file))
+    if as_json:
+        click.echo(report.dumps(report_portfolio.portfolio_json(result)), nl=False)
+    else:
+        report_portfolio.print_portfolio(result, report.console())

@@ -1,0 +1,1 @@
+"""The files ftopt reads and the errors it raises: schemas, YAML, catalogs, measurements, importers."""

@@ -1,0 +1,99 @@
+"""Output files: written atomically (a temporary file in the target's folder, then a rename), never a device.
+
+Rules every writer follows (README.md "Exit status"):
+
+- an existing target that is not a regular file (``/dev/null``, a device, a pipe, a directory) is refused before
+  anything is written: renaming over it would replace the device node with a regular file;
+- any OS error (read-only folder, full disk ENOSPC, file-size limit EFBIG, a parent that is a file) is an
+  :class:`OutputError`: one line naming the file, exit status EXIT_OUTPUT; the temporary file is removed and the
+  previous file is left exactly as it was;
+- a replaced file keeps its permission bits (a 0600 file stays 0600); a new one gets the mode a plain
+  ``open(path, "w")`` would give it (0666 less the umask). Data is fsynced before the rename, so a full disk is
+  reported rather than leaving a truncated file behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+import tempfile
+from pathlib import Path
+from typing import IO
+
+from optimizer.inputs.errors import OutputError
+
+
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _why(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno or 0, "")
+    return f"{exc.strerror or exc}" + (f" ({name})" if name else "")
+
+
+def check_target(path: str | Path) -> int | None:
+    """The permission bits of the existing regular file ``path``, None when there is none; OutputError otherwise."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise OutputError(str(path), f"cannot be written: {_why(exc)}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a device, pipe or socket)"
+        raise OutputError(str(path), f"is {kind}; refusing to replace it, give a file path")
+    return stat.S_IMODE(info.st_mode)
+
+
+def safe_name(text: str, limit: int = 100) -> str:
+    """A file name made from data (a scenario name, a case id): letters, digits, ``_.-`` only, at most ``limit``.
+
+    A ``/`` would name a folder, 256 bytes is the usual file-name limit and a leading dot hides the file.
+    """
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:limit].lstrip(".")
+    return name or "unnamed"
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Replace ``path`` with ``data`` (text is written as UTF-8, newlines untranslated) or leave it untouched.
+
+    See the module docstring for the rules; raises OutputError on any failure.
+    """
+    target = Path(path)
+    mode = check_target(target)
+    tmp: str | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:200]}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode if mode is not None else 0o666 & ~_umask())
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        check_target(target)  # still not a device (a path swapped in meanwhile)
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        raise OutputError(str(path), f"cannot be written: {_why(exc)}; any previous file is unchanged") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def open_append(path: str | Path) -> IO[str]:
+    """``path`` opened for appending UTF-8 text (created if missing); OutputError for a non-regular file."""
+    check_target(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OutputError(str(path), "is not a regular file; refusing to write to it, give a file path")
+        return os.fdopen(fd, "a", encoding="utf-8", newline="")
+    except OSError as exc:
+        raise OutputError(str(path), f"cannot be written: {_why(exc)}") from None

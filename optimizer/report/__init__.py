@@ -1,0 +1,1 @@
+"""Rendering only: terminal tables, JSON, CSV, plots and the generated scenario reference."""

@@ -1,0 +1,287 @@
+"""Rendering: terminal tables (rich), JSON documents, atomic file writes. No modelling happens here."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from optimizer.inputs.atomic import write_atomic
+from optimizer.inputs.schema_plan import Estimate
+from optimizer.inputs.terminal import escape
+from optimizer.launch import exporters
+from optimizer.models.coverage import NO_RUN
+from optimizer.models.uncertainty import headroom_for_p90
+from optimizer.report.measure import calibration_lines
+from optimizer.report.offer import renting_lines
+from optimizer.solve.explain import Relaxation
+from optimizer.solve.planner import SolveResult
+
+__all__ = ["write_atomic"]  # re-exported for the CLI
+
+GIB = 2**30
+MEMORY_ROWS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+
+
+def estimate_json(est: Estimate) -> dict[str, Any]:
+    """The docs/json-contract.md document: status, plan, memory, time, cost (and model, notes, uncertainty)."""
+    return est.model_dump(mode="json")
+
+
+def solve_json(result: SolveResult) -> dict[str, Any]:
+    """JSON of a solve: the contract's five keys, plus ``explanation`` when infeasible."""
+    doc = estimate_json(result.best)
+    if result.relaxation is not None:
+        r = result.relaxation
+        doc["explanation"] = {
+            "binding": r.binding,
+            "message": r.message,
+            "budget_needed": r.budget_needed,
+            "deadline_needed_hours": r.deadline_needed_hours,
+            "memory_needed_bytes": r.memory_needed_bytes,
+            "gpus_that_fit": r.gpus_that_fit,
+            "currency": result.currency,
+            **alternatives_json(r),
+        }
+    if result.trade_off is not None:
+        doc["trade_off"] = result.trade_off
+    if result.best.status.value == "feasible" and result.bound is not None:  # stopped by --time-limit
+        objective = result.scenario.objective.value
+        doc["bound"] = {"objective": objective, "value": result.bound,
+                        "unit": result.currency if objective == "cost" else "hours"}  # fmt: skip
+    return doc
+
+
+def alternatives_json(r: Relaxation) -> dict[str, Any]:
+    """Every single change that gives a plan, and the budget/deadline front when both bind (docs/json-contract.md)."""
+    return {"relaxations": [{"field": o.field, "value": o.value, "text": o.text} for o in r.options],
+            "tradeoff": [{"cost": c, "hours": h} for c, h in r.tradeoff]}  # fmt: skip
+
+
+def dumps(doc: Any) -> str:
+    """Canonical JSON text: sorted keys off (contract order), fixed separators, trailing newline."""
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def launch_text(settings: dict[str, Any]) -> str:
+    """The launch settings as indented YAML."""
+    return exporters.yaml_text(settings)
+
+
+def launch_files(settings: dict[str, Any]) -> dict[str, str]:
+    """File name -> text for ``--launch-dir``: launch.yaml and each registered exporter's file (launch/exporters.py)."""
+    return exporters.render(settings)
+
+
+def console() -> Console:
+    """A console for stdout: the terminal's width, or 120 columns when output goes to a file or a pipe."""
+    out = Console()
+    return out if out.is_terminal else Console(width=120)
+
+
+_SECONDS = {"minute": 60, "second": 1}
+
+
+def _units(term: str, count: int) -> str:
+    """'3 days', or for per-minute/per-second billing the count with its hours: '212,270 s (58.96 h)'."""
+    if term in _SECONDS:
+        return f"{count:,} {'min' if term == 'minute' else 's'} ({count * _SECONDS[term] / 3600:,.2f} h)"
+    return f"{count:,} {term}{'s' if count != 1 else ''}"
+
+
+_PRICE_OF = {"second": "hourly price billed per second", "minute": "hourly price billed per minute",
+             "hour": "hourly price", "day": "daily price", "week": "weekly price", "month": "monthly price"}
+
+
+def billing_basis(term: str) -> str:
+    """What a plan's ``term`` means in words: 'hourly price billed per second', 'monthly price + hourly price'."""
+    return " + ".join(_PRICE_OF.get(t, t) for t in term.split("+"))
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:,.1f} GiB"
+
+
+def rented_units(cards: int, gpu: str, offer: Any) -> str:
+    """What is rented: '2 x (8 x H100-SXM) instances' on an instance offer, else '16 x H100-SXM'."""
+    per = getattr(offer, "cards_per_instance", None) if offer is not None else None
+    if getattr(offer, "sold_as", "card") == "instance" and per:
+        n = cards // per
+        return f"{n} x ({per} x {gpu}) instance{'s' if n != 1 else ''}"
+    return f"{cards} x {gpu}"
+
+
+def _plan_line(est: Estimate) -> str:
+    p = est.plan
+    assert p is not None
+    return (
+        f"{rented_units(p.cards, p.gpu, est.offer)} ({p.nodes} node{'s' if p.nodes > 1 else ''}, offer {p.offer}); "
+        f"tp={p.tp} pp={p.pp}"
+        + (f" (interleaved, {p.virtual_pipeline} chunks per stage)" if p.virtual_pipeline > 1 else "")
+        + f" dp={p.dp}; ZeRO-{p.zero_stage} offload={p.offload.value}; micro_batch={p.micro_batch} "
+        f"grad_accum={p.grad_accum}; {p.precision.value}; {p.optimizer.value}; checkpointing={p.checkpointing.value}"
+        + (f"; attention={p.attention.value}" if p.attention else "")
+    )
+
+
+def memory_table(est: Estimate) -> Table:
+    """Per-GPU memory breakdown against capacity."""
+    m = est.memory
+    assert m is not None
+    table = Table(title="Per-GPU memory", show_edge=False)
+    table.add_column("component")
+    table.add_column("bytes", justify="right")
+    table.add_column("share", justify="right")
+    for key in MEMORY_ROWS:
+        value = getattr(m, key)
+        table.add_row(key, _gib(value), f"{100 * value / max(m.total, 1):.0f}%")
+    table.add_row("total", _gib(m.total), f"{100 * m.total / m.capacity:.0f}% of {_gib(m.capacity)}", style="bold")
+    if m.cpu_offload:
+        table.add_row("host RAM (offload, per node)", _gib(m.cpu_offload), "")
+    return table
+
+
+def estimate_lines(est: Estimate) -> list[Any]:
+    """Renderables for one plan: decision line, memory table, time and cost lines."""
+    t, c, p = est.time, est.cost, est.plan
+    assert t is not None and c is not None and p is not None and est.memory is not None
+    units = ", ".join(_units(k, v) for k, v in p.billed_units.items())
+    fits = "fits" if est.memory.fits else "DOES NOT FIT"
+    return [
+        *model_lines(est),
+        f"[bold]Plan[/bold] ({est.status.value}): {escape(_plan_line(est))}",
+        *offer_lines(est),
+        memory_table(est),
+        f"Memory: {fits}. Time: {t.hours:,.1f} h wall clock, {t.steps:,} steps of {t.step_seconds:.2f} s, "
+        f"{t.tokens_per_second:,.0f} tokens/s, MFU {100 * t.mfu:.1f}%",
+        f"Cost: {c.total:,.2f} {c.currency}"
+        + (f" (= {c.budget_currency_total:,.2f} {c.budget_currency or 'in budget currency'})"
+           if c.budget_currency_total is not None else "")
+        + f"; {billing_basis(p.term)}: {units} per card x {p.cards} card{'s' if p.cards > 1 else ''}"
+        + _instance_bill(est),
+        *uncertainty_lines(est),
+        *calibration_lines(est),
+        *(escape(line) for line in renting_lines(est)),
+    ]
+
+
+def _instance_bill(est: Estimate) -> str:
+    """On an instance offer: the bill as the provider states it, instances x price per instance."""
+    o, p = est.offer, est.plan
+    if o is None or p is None or o.sold_as != "instance" or not o.cards_per_instance:
+        return ""
+    per = o.cards_per_instance
+    prices = " + ".join(f"{b.amount * per:,.4g} {o.currency} per instance-{t}" for t, b in o.prices.items())
+    return f" = {p.cards // per} whole instance{'s' if p.cards // per != 1 else ''} of {per} cards at {prices}"
+
+
+def offer_lines(est: Estimate) -> list[str]:
+    """Where to rent: provider, each billed price with its source and date, and the offer's notes (e.g. a range)."""
+    o = est.offer
+    if o is None:
+        return []
+    prices = "; ".join(f"{p.amount:g} {o.currency} per card-{term} (source: {p.source}; as of {p.as_of})"
+                       for term, p in o.prices.items())  # fmt: skip
+    lines = [f"Rent: {escape(o.id)} from {escape(o.provider)}: {escape(prices)}"]
+    if o.notes:
+        lines.append(f"  offer notes: {escape(o.notes)}")
+    return lines
+
+
+def model_lines(est: Estimate) -> list[str]:
+    """The model as read (so an import can be checked) and what ftopt assumed reading the scenario."""
+    m = est.model
+    lines = []
+    if m is not None:
+        lines.append(f"Model: {escape(m.name)}, {m.params / 1e9:,.2f} B parameters; L={m.layers} h={m.hidden} "
+                     f"I={m.intermediate} heads={m.heads}/{m.kv_heads} head_dim={m.head_dim} V={m.vocab:,}"
+                     f"{' tied' if m.tied_embeddings else ''}")  # fmt: skip
+    return lines + [f"Note: {escape(n)}" for n in est.notes]
+
+
+def uncertainty_lines(est: Estimate) -> list[str]:
+    """The plan at the 10th and 90th percentile of the models' held-out errors, and whether it still holds."""
+    u, m = est.uncertainty, est.memory
+    if u is None or m is None:
+        return []
+    um, ut, uc = u.memory, u.time, u.cost
+    risk = u.risk
+    if um.fits_p90:
+        memory = "fits at the high end too"
+    elif risk is not None and risk.level == "p50":
+        memory = (f"over the card's memory at the high end (headroom: {headroom_for_p90(um.ratio_p90):.2f} in the "
+                  "scenario, or risk: p90, makes every plan allow for it)")
+    else:
+        memory = (f"over the card's memory at the high end (headroom: {headroom_for_p90(um.ratio_p90):.2f} in the "
+                  "scenario makes every plan allow for it)")
+    if risk is not None:
+        memory += (f"; planned at risk {risk.level}: peak x {risk.memory_ratio:g} = {_gib(risk.total_at_risk)} "
+                   f"within {_gib(risk.usable)}")
+    holds = [f"{name} {'met' if ok else 'MISSED'}" for name, ok in
+             (("deadline", ut.meets_deadline_p90), ("budget", uc.within_budget_p90)) if ok is not None]  # fmt: skip
+    return [
+        f"Uncertainty (10th-90th percentile of measured/predicted on {um.cases} + {ut.cases} held-out cases): "
+        f"peak {_gib(um.total_p10)} to {_gib(um.total_p90)}, {memory}",
+        f"  time {ut.hours_p10:,.1f}-{ut.hours_p90:,.1f} h, cost {uc.total_p10:,.2f}-{uc.total_p90:,.2f} {uc.currency}"
+        + (f"; at the slow end: {', '.join(holds)}" if holds else ""),
+    ] + ([f"  {NO_RUN}"] if ut.published_run_like_this is False else [])
+
+
+def alternatives_table(result: SolveResult) -> Table:
+    """The best plan on each other GPU type, for comparison."""
+    table = Table(title="Best plan on each other GPU type", show_edge=False)
+    for col in ("gpu", "cards", "layout", "hours", f"cost ({result.currency})", "per-GPU memory"):
+        table.add_column(col, justify="right" if col not in ("gpu", "layout") else "left")
+    for est in sorted(result.alternatives, key=lambda e: (_cost(e), e.plan.gpu if e.plan else "")):
+        p, m, t = est.plan, est.memory, est.time
+        assert p is not None and m is not None and t is not None
+        layout = f"tp{p.tp} dp{p.dp} Z{p.zero_stage}/{p.offload.value} mb{p.micro_batch} ck={p.checkpointing.value}"
+        table.add_row(
+            escape(p.gpu),
+            str(p.cards),
+            layout,
+            f"{t.hours:,.1f}",
+            f"{_cost(est):,.2f}",
+            f"{_gib(m.total)} / {_gib(m.capacity)}",
+        )
+    return table
+
+
+def _cost(est: Estimate) -> float:
+    c = est.cost
+    assert c is not None
+    return c.budget_currency_total if c.budget_currency_total is not None else c.total
+
+
+def print_solve(result: SolveResult, console: Console) -> None:
+    """Human-readable solve result."""
+    sc = result.scenario
+    console.print(
+        f"[bold]{escape(sc.name)}[/bold]: {sc.method.value} fine-tuning, objective {sc.objective.value}, "
+        f"{result.candidates} candidate plans after pruning ({result.enumerated:,} configurations evaluated)"
+    )
+    if result.relaxation is not None:
+        console.print(f"[bold red]Infeasible[/bold red]: {escape(result.relaxation.message)}")
+        return
+    for item in estimate_lines(result.best):
+        console.print(item)
+    proof = "proven optimal by CP-SAT" if result.best.status.value == "optimal" else (
+        f"best found within the time limit; proven bound {result.bound:g}")
+    console.print(f"Optimality: {proof}")
+    if result.trade_off and result.trade_off["text"]:
+        console.print(f"Trade-off: {escape(result.trade_off['text'])}")
+    for i, est in enumerate(result.top[1:], start=2):
+        console.print(f"#{i}: {escape(_plan_line(est))}; {est.time.hours:,.1f} h; {_cost(est):,.2f} {result.currency}")  # type: ignore[union-attr]
+    if result.launch:
+        console.print("[bold]Launch settings[/bold] (write them with --launch-dir):")
+        console.print(escape(launch_text(result.launch)), highlight=False)
+    if result.alternatives:
+        console.print(alternatives_table(result))
+
+
+def print_estimate(est: Estimate, console: Console) -> None:
+    """Human-readable single estimate."""
+    for item in estimate_lines(est):
+        console.print(item)

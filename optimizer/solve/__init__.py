@@ -1,0 +1,1 @@
+"""From a scenario to plans: the candidate space, CP-SAT, fronts, explanations, the validator, batches."""

@@ -1,0 +1,72 @@
+"""What an answer was computed from: the model as read, the offer with its price basis, the assumptions made.
+
+The assumptions made while reading the scenario are sentences for the report. Pure functions of the scenario, the
+resolved architecture and the offer; the planner attaches them to every estimate.
+"""
+
+from __future__ import annotations
+
+from optimizer.inputs.schema import ModelArch, Scenario, Term
+from optimizer.inputs.schema_catalog import Offer
+from optimizer.inputs.schema_plan import ModelReport, PriceBasis
+
+
+def model_report(arch: ModelArch) -> ModelReport:
+    """The ``model`` block of the JSON answer: the architecture every figure was computed from."""
+    return ModelReport(name=arch.name, params=arch.total_params, layers=arch.layers, hidden=arch.hidden,
+                       intermediate=arch.intermediate, heads=arch.heads, kv_heads=arch.kv_heads,
+                       head_dim=int(arch.head_dim or 0), vocab=arch.vocab,
+                       tied_embeddings=arch.tied_embeddings)  # fmt: skip
+
+
+def data_notes(sc: Scenario) -> list[str]:
+    """How samples become seq_len rows (schema.DataSpec.packing), said whenever the data is given per sample.
+
+    Packed: a sample longer than seq_len continues in the next row (all its tokens train, attention never spans
+    more than seq_len). Padded: a row per sample, padded up to seq_len (those tokens cost time) or cut at seq_len
+    (the rest of the sample is not trained); with only the mean length known, the shares are estimates from it.
+    """
+    d, s = sc.data, sc.seq_len
+    if d.samples is None or d.avg_tokens is None:
+        return ["data given as tokens: rows are packed to seq_len (set samples and avg_tokens to model padding)"]
+    if d.packing:
+        note = f"samples packed into rows of seq_len = {s:,} tokens (data.packing: true, the default)"
+        if d.avg_tokens > s:
+            note += (f"; avg_tokens {d.avg_tokens:,.0f} > seq_len: long samples continue in the next row, so "
+                     "every token trains but attention never spans more than seq_len")  # fmt: skip
+        return [note]
+    note = f"one sample per row, padded or cut to seq_len = {s:,} (data.packing: false)"
+    if d.avg_tokens > s:
+        note += (f"; avg_tokens {d.avg_tokens:,.0f} > seq_len: samples are cut, about "
+                 f"{1 - s / d.avg_tokens:.0%} of the data's tokens are not trained")  # fmt: skip
+    else:
+        note += (f"; about {1 - d.avg_tokens / s:.0%} of the processed tokens are padding and the time counts "
+                 "them (data.packing: true avoids it)")  # fmt: skip
+    return [note]
+
+
+def scenario_notes(sc: Scenario, arch: ModelArch) -> list[str]:
+    """Every note about reading the scenario: the model's import notes, then the data's."""
+    return [*arch.import_notes, *data_notes(sc)]
+
+
+FP16_FOR_BF16 = ("fp16 for a model published in bf16 (config.json torch_dtype bfloat16): activations or gradients "
+                 "past fp16's largest value (65,504) overflow to inf; train with dynamic loss scaling and stop on "
+                 "repeated skipped steps or a NaN loss (docs/precision.md)")  # fmt: skip
+
+
+def precision_notes(precision: str, arch: ModelArch) -> list[str]:
+    """The warning for a plan that trains a bfloat16-published model in fp16 (pinned or allow.fp16_for_bf16)."""
+    return [FP16_FOR_BF16] if precision == "fp16" and arch.torch_dtype == "bfloat16" else []
+
+
+def price_basis(offer: Offer, billed_units: dict[str, int]) -> dict[str, PriceBasis]:
+    """The source of each price the bill uses (billed term -> price per card and unit, with source and date).
+
+    Per-second and per-minute billing use the hourly price (Offer.hour_increment_s).
+    """
+    terms = sorted({Term.hour if t in ("second", "minute") else Term(t) for t in billed_units},
+                   key=lambda t: list(Term).index(t))  # fmt: skip
+    return {t.value: PriceBasis(amount=offer.prices[t].amount, source=offer.prices[t].source,
+                                as_of=offer.prices[t].as_of.isoformat())
+            for t in terms if t in offer.prices}  # fmt: skip

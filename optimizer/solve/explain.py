@@ -1,0 +1,338 @@
+"""Why a scenario has no plan, and the smallest change that gives it one.
+
+Three kinds of answer, each with numbers a user can apply as they are:
+
+* the plan pins admit no configuration at all (tp not dividing the heads, a global batch that the pinned cards
+  cannot split): an :class:`InputError` naming the pinned field, raised by :func:`check_pins`;
+* nothing fits in memory: the memory the smallest configuration needs, the largest card offered, and the GPUs on
+  which some configuration fits when the GPU pin and the scenario's offer list are widened to every built-in offer;
+* plans fit but the user's limits exclude them. The allow-lists (gpus, providers, max_cards, max_nodes) that
+  exclude everything are found by solving with each limit behind an assumption literal (the CP-SAT core), then
+  shrinking the core by re-solving without one member at a time. With those relaxed, the budget and the deadline
+  are examined: ``budget_needed`` is the cost of the cheapest plan meeting the deadline, ``deadline_needed_hours``
+  the time of the fastest plan within the budget; when neither alone helps, both come from one plan (the
+  objective's optimum without either limit), so that applying the pair makes the scenario feasible.
+
+Money is rounded up to the cent and time up to the second in the same way as the solver's coefficients, so a
+budget or deadline set to the reported figure is met exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from optimizer.inputs.catalog import Catalog, default_offer_files, load_catalog
+from optimizer.inputs.errors import FtoptError, InputError
+from optimizer.inputs.schema import ModelArch, Objective, PlanPins, Scenario
+from optimizer.inputs.schema_catalog import Gpu, Offer
+from optimizer.solve.explain_relax import Option, names_with_plan, single_options, tradeoff, tradeoff_text
+from optimizer.solve.limits import MONOTONE, REGISTRY, column
+from optimizer.solve.solver import Limits, SolverSettings, seconds, solve
+from optimizer.solve.space import Space, build, card_counts, memory_risk, tp_limit
+
+# Limits field -> the scenario field a user edits to relax it; the allow-lists are the limits not monotone in cost
+FIELD_OF = {spec.key: spec.field for spec in REGISTRY}
+_ALLOW = tuple(spec.key for spec in REGISTRY if spec.kind != "space" and not spec.monotone)
+
+
+@dataclass
+class Relaxation:
+    """Why a scenario is infeasible and the smallest change that makes it feasible."""
+
+    binding: list[str]  # scenario fields to relax (``budget.amount``, ``allow.gpus``) or ``memory``
+    message: str
+    budget_needed: float | None = None  # in the report currency
+    deadline_needed_hours: float | None = None
+    memory_needed_bytes: int | None = None
+    gpus_that_fit: list[str] = field(default_factory=list)
+    options: list[Option] = field(default_factory=list)  # every single-limit change that restores a plan
+    tradeoff: list[tuple[float, float]] = field(default_factory=list)  # (cost, hours) front when both bind
+
+
+# ------------------------------------------------------------------------------------------------ pins
+
+
+def _divisors(n: int, limit: int = 64) -> str:
+    return ", ".join(str(d) for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
+def _layout_problem(p: PlanPins, arch: ModelArch, offers: list[Offer], gpus: list[Gpu]) -> tuple[str, str] | None:
+    """tp, cards, dp and nodes pins that no offer can host."""
+    tp, pp = p.tp or 1, p.pp or 1
+    if p.tp and (arch.heads % p.tp or arch.kv_heads % p.tp):
+        return "plan.tp", (f"tp={p.tp} must divide the attention heads ({arch.heads}) and kv_heads ({arch.kv_heads}) "
+                           f"of {arch.name}; allowed: {_divisors(arch.kv_heads)}")  # fmt: skip
+    widest = max((tp_limit(o, g) for o, g in zip(offers, gpus, strict=True)), default=1)
+    if p.tp and p.tp > widest:
+        return "plan.tp", (f"tp={p.tp} exceeds the NVLink domain of every offered card (tensor parallelism stays "
+                           f"inside one NVLink domain); allowed here: tp <= {widest}")  # fmt: skip
+    most_cards = max((o.cards_per_node * o.max_nodes for o in offers), default=0)
+    if p.cards and p.cards > most_cards:
+        return "plan.cards", f"cards={p.cards} is more than any offer rents (at most {most_cards} cards)"
+    if p.cards and offers and all(p.cards % o.unit_cards for o in offers):
+        sizes = ", ".join(str(n) for n in sorted({o.unit_cards for o in offers}))
+        return "plan.cards", (f"cards={p.cards} splits an instance: the offers rent whole instances of {sizes} "
+                              "cards only (sold_as: instance); pin a multiple")  # fmt: skip
+    if p.cards and p.cards % (tp * pp):
+        return "plan.cards", f"cards={p.cards} must be a multiple of tp x pp = {tp * pp}"
+    if p.cards and p.dp and p.dp * tp * pp != p.cards:
+        return "plan.dp", f"dp={p.dp} must equal cards / (tp x pp) = {p.cards // (tp * pp)}"
+    most_nodes = max((o.max_nodes for o in offers), default=0)
+    if p.nodes and p.nodes > most_nodes:
+        return "plan.nodes", f"nodes={p.nodes} is more than any offer rents (at most {most_nodes} nodes)"
+    if p.nodes and p.cards and not any(-(-p.cards // o.cards_per_node) == p.nodes for o in offers):
+        return "plan.nodes", f"nodes={p.nodes} does not match cards={p.cards} on any offer's cards per node"
+    return None
+
+
+def _batch_problem(p: PlanPins, gb: int) -> tuple[str, str] | None:
+    """micro_batch x grad_accum x dp = global_batch cannot hold with the pinned values."""
+    tp, pp = p.tp or 1, p.pp or 1
+    dp = p.dp or (p.cards // (tp * pp) if p.cards else None)
+    if dp and gb % dp:
+        return "global_batch", (f"global_batch {gb} must be divisible by dp = {dp} (micro_batch x grad_accum x dp = "
+                                f"global_batch); use a multiple of {dp} or pin other cards")  # fmt: skip
+    per_rank = gb // dp if dp else gb
+    for name, value in (("micro_batch", p.micro_batch), ("grad_accum", p.grad_accum)):
+        if value and per_rank % value:
+            return f"plan.{name}", (f"{name}={value} must divide global_batch / dp = {per_rank}; "
+                                    f"allowed: {_divisors(per_rank)}")  # fmt: skip
+    if p.grad_accum and p.micro_batch and dp and p.micro_batch * p.grad_accum * dp != gb:
+        product = p.micro_batch * p.grad_accum * dp
+        return "plan.grad_accum", f"micro_batch x grad_accum x dp = {product} must equal global_batch {gb}"
+    return None
+
+
+def pin_problem(sc: Scenario, arch: ModelArch, offers: list[Offer], gpus: list[Gpu]) -> tuple[str, str]:
+    """(field, message) explaining why the ``plan:`` pins admit no configuration on any offer."""
+    p: PlanPins = sc.plan
+    if (arch.torch_dtype == "bfloat16" and p.precision is None and not sc.allow.fp16_for_bf16 and gpus
+            and not any(g.native_bf16 for g in gpus)):
+        names = ", ".join(sorted({g.id for g in gpus}))
+        return "allow.fp16_for_bf16", (f"{arch.name} is published in bfloat16 and no offered GPU ({names}) has bf16: "
+                                       "set allow.fp16_for_bf16: true to train it in fp16 (overflow risk, "
+                                       "docs/precision.md) or allow a GPU with bf16")  # fmt: skip
+    found = _layout_problem(p, arch, offers, gpus) or _batch_problem(p, sc.global_batch)
+    if found:
+        return found
+    if p.nodes and not p.cards:
+        return "plan.nodes", (f"nodes={p.nodes} matches none of the card counts tried (whole nodes in powers of "
+                              "two, or the offer's maximum); pin cards as well")  # fmt: skip
+    if p.precision:
+        return "plan.precision", f"no offered GPU runs precision {p.precision.value} natively; try bf16 or fp16"
+    if not p.cards and offers and all(o.sold_as == "instance" for o in offers):
+        counts = ", ".join(str(c) for c in sorted({c for o in offers for c in card_counts(o, None)}))
+        why = (f"global_batch {sc.global_batch} cannot be split over the whole instances offered ({counts} cards; "
+               "micro_batch x grad_accum x dp = global_batch with dp = cards / (tp x pp)); use a global_batch these "
+               "card counts divide, or offers sold per card")  # fmt: skip
+        return "global_batch", why
+    return "plan", "the pinned values admit no configuration on any offer; unpin some of them"
+
+
+def check_pins(space: Space, source: str) -> None:
+    """Raise InputError naming the pinned field when the space has no configuration, or none priced."""
+    sc = space.scenario
+    if space.enumerated == 0:
+        raise InputError(source, *pin_problem(sc, space.job.arch, space.offers, space.gpus))
+    if len(space.cand) == 0 and space.fitting > 0 and sc.plan.term is not None:
+        priced = sorted({t.value for o in space.offers for t in o.prices})
+        raise InputError(source, "plan.term", f"no offer that fits prices the term '{sc.plan.term.value}'; "
+                         f"terms offered: {', '.join(priced)}")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ memory
+
+
+def _wide_catalog(catalog: Catalog) -> Catalog:
+    """The catalog with every built-in offer file added (the scenario's own files first)."""
+    own = list(catalog.offer_files)
+    seen = {Path(f).resolve() for f in own}
+    extra = [str(p) for p in default_offer_files() if p.resolve() not in seen]
+    try:
+        return load_catalog([*own, *extra])
+    except FtoptError:  # e.g. an offer id of the user's file repeats a built-in one
+        return load_catalog()
+
+
+def gpus_that_fit(space: Space, catalog: Catalog, source: str) -> list[str]:
+    """GPU ids on which some configuration fits when the GPU/offer pins are dropped and every offer is allowed."""
+    sc = space.scenario
+    wide = sc.model_copy(update={"plan": sc.plan.model_copy(update={"gpu": None, "offer": None})})
+    try:
+        sp = build(wide, _wide_catalog(catalog), space.job.arch, source)
+    except FtoptError:
+        return []
+    return sorted({sp.offers[int(i)].gpu for i in sp.cand.offer_idx})
+
+
+def ram_text(space: Space) -> str:
+    """'...need more host RAM than their nodes have: ...' when configurations fitting their card were dropped for it."""
+    if space.ram_short is None:
+        return ""
+    need, offer, have = space.ram_short
+    return (f"configurations that fit their cards need more host RAM than their nodes have (the closest: "
+            f"{need / 2**30:,.0f} GiB per node on {offer}, whose node has {have / 2**30:,.0f} GiB, stated by the "
+            "offer or by the default rule for offers that state none: catalogs/calibration.yaml "
+            "hosts.host_ram_default)")  # fmt: skip
+
+
+def explain_memory(space: Space, catalog: Catalog, source: str) -> Relaxation:
+    """Nothing fits: the smallest per-GPU need, the largest card offered and the GPUs that would fit."""
+    if space.ram_short is not None:  # some configurations fit their cards: host RAM is what binds
+        return Relaxation(["host_ram"], f"no plan fits: {ram_text(space)}", memory_needed_bytes=space.ram_short[0])
+    need = min(space.smallest_need.values()) if space.smallest_need else 0
+    largest = max(space.gpus, key=lambda g: g.memory_gib)
+    usable = largest.memory_gib * (1 - space.scenario.headroom)
+    fit = gpus_that_fit(space, catalog, source)
+    ratio = memory_risk(space.scenario, {"accuracy": space.accuracy})
+    risk = space.scenario.risk.value
+    at_risk = f" ({need * ratio / 2**30:.1f} GiB at risk {risk}, x {ratio:g})" if ratio != 1 else ""
+    msg = (f"no configuration fits in memory: the smallest needs {need / 2**30:.1f} GiB per GPU{at_risk}, the largest "
+           f"offered "
+           f"card ({largest.id}) has {usable:.1f} GiB usable ({largest.memory_gib:g} GiB less "
+           f"{space.scenario.headroom:.0%} headroom)")  # fmt: skip
+    if fit:
+        msg += f"; GPUs that would fit (built-in offers): {', '.join(fit)}; set plan.gpu or allow.gpus to one of them"
+    else:
+        msg += "; no GPU in the catalog fits: shorten seq_len, use lora/qlora, or unpin cards, zero_stage and offload"
+    return Relaxation(["memory"], msg, memory_needed_bytes=need, gpus_that_fit=fit)
+
+
+# ------------------------------------------------------------------------------------------------ limits
+
+
+def _feasible(space: Space, objective: Objective, limits: Limits, settings: SolverSettings,
+              subset: np.ndarray | None = None) -> int | None:  # fmt: skip
+    return solve(space, objective, limits, settings, subset).index
+
+
+def _shrink(space: Space, limits: Limits, settings: SolverSettings) -> list[str]:
+    """A minimal set of allow-list limits that alone excludes every plan (CP-SAT core, then deletion filter)."""
+    only_allow = limits.without(*MONOTONE)
+    out = solve(space, Objective.cost, only_allow, settings)
+    if out.index is not None:
+        return []
+    core = [n for n in out.binding if n in _ALLOW] or [n for n in _ALLOW if n in only_allow.active()]
+    for name in list(core):
+        trial = [n for n in core if n != name]
+        kept = only_allow.without(*[n for n in only_allow.active() if n not in trial])
+        if _feasible(space, Objective.cost, kept, settings) is None:
+            core = trial
+    return core
+
+
+def _allowed_gpus(space: Space, limits: Limits, settings: SolverSettings) -> list[str]:
+    """GPU ids with a plan under ``limits`` without the GPU allow-list."""
+    gpu_of = [space.offers[int(i)].gpu for i in space.cand.offer_idx]
+    return names_with_plan(space, limits.without("gpus"), settings, gpu_of)
+
+
+def _hours_needed(space: Space, i: int) -> float:
+    t = space.cand.time  # the deadline is checked at hours + margin (spot: the pessimistic end of its band)
+    need = t["hours"][i : i + 1] + t.get("deadline_margin_hours", np.zeros(len(t["hours"])))[i : i + 1]
+    return float(np.ceil(seconds(need)[0] / 36.0)) / 100.0
+
+
+def _money_needed(space: Space, i: int) -> float:
+    return float(column(space, "budget_cents", np.array([i]))[0]) / 100.0
+
+
+def _budget_deadline(space: Space, objective: Objective, lim: Limits, settings: SolverSettings,
+                     rel: Relaxation) -> list[str]:  # fmt: skip
+    """Fill ``rel`` with the budget and deadline that bind under ``lim`` (allow-lists already relaxed)."""
+    sc, cur = space.scenario, space.currency
+    has_b, has_d = lim.budget_cents is not None, lim.deadline_s is not None
+    budget = f"{sc.budget.amount:,.2f} {cur}" if has_b and sc.budget else ""
+    deadline = f"{sc.deadline_hours:g} h" if has_d else ""
+    cheap = _feasible(space, Objective.cost, lim.without("budget_cents"), settings) if has_b else None
+    fast = _feasible(space, Objective.time, lim.without("deadline_s"), settings) if has_d else None
+    parts: list[str] = []
+    if cheap is not None:
+        rel.binding.append(FIELD_OF["budget_cents"])
+        rel.budget_needed = _money_needed(space, cheap)
+        meets = f" that meets the {deadline} deadline" if has_d else ""
+        parts.append(f"budget too small: the cheapest plan{meets} costs {rel.budget_needed:,.2f} {cur} "
+                     f"(budget {budget}); budget_needed = {rel.budget_needed:.2f}")  # fmt: skip
+    if fast is not None:
+        rel.binding.append(FIELD_OF["deadline_s"])
+        rel.deadline_needed_hours = _hours_needed(space, fast)
+        within = f" within the {budget} budget" if has_b else ""
+        parts.append(f"deadline too short: the fastest plan{within} takes {rel.deadline_needed_hours:g} h "
+                     f"(deadline {deadline}); deadline_needed_hours = {rel.deadline_needed_hours:g}")  # fmt: skip
+    if cheap is not None and fast is not None:
+        parts.append("either change alone makes the scenario feasible")
+    if cheap is None and fast is None:  # each limit alone excludes every plan: one plan gives both figures
+        both = _feasible(space, objective, lim.without("budget_cents", "deadline_s"), settings)
+        if both is not None:
+            rel.binding += [FIELD_OF[n] for n in ("budget_cents", "deadline_s") if getattr(lim, n) is not None]
+            rel.budget_needed = _money_needed(space, both) if has_b else None
+            rel.deadline_needed_hours = _hours_needed(space, both) if has_d else None
+            parts.append(f"budget ({budget}) and deadline ({deadline}) are both too tight for every plan; the "
+                         f"{objective.value}-optimal plan without them costs {_money_needed(space, both):,.2f} {cur} "
+                         f"and takes {_hours_needed(space, both):g} h: raise the budget and extend the deadline to "
+                         "at least these")  # fmt: skip
+            if has_b and has_d:
+                rel.tradeoff = tradeoff(space, lim, settings)
+                parts.append("or trade one against the other: any budget / deadline pair on the front admits a "
+                             f"plan: {tradeoff_text(rel.tradeoff, cur)}")  # fmt: skip
+    return parts
+
+
+def explain(space: Space, objective: Objective, limits: Limits, settings: SolverSettings, catalog: Catalog,
+            source: str = "scenario") -> Relaxation:  # fmt: skip
+    """The binding constraints of an infeasible scenario and the relaxation that fixes each (module docstring)."""
+    check_pins(space, source)
+    if len(space.cand) == 0:
+        rel = explain_memory(space, catalog, source)
+        _add_options(rel, space, limits, settings, catalog, source)  # the host RAM limit may be what binds
+        return rel
+    allow_core = _shrink(space, limits, settings)
+    rel = Relaxation([FIELD_OF[n] for n in allow_core], "")
+    parts = []
+    for name in allow_core:
+        parts.append(f"{FIELD_OF[name]} excludes every plan that fits")
+        if name == "gpus":
+            others = limits.without(*[n for n in allow_core if n != "gpus"])
+            loose = others.without(*MONOTONE)
+            rel.gpus_that_fit = _allowed_gpus(space, others, settings) or _allowed_gpus(space, loose, settings)
+            if rel.gpus_that_fit:
+                parts[-1] += f" (GPUs with a plan: {', '.join(rel.gpus_that_fit)})"
+    lim = limits.without(*allow_core)
+    if _feasible(space, objective, lim, settings) is None:
+        more = _budget_deadline(space, objective, lim, settings, rel)
+        if allow_core and more:
+            more[0] = f"with {', '.join(rel.binding[: len(allow_core)])} relaxed, {more[0]}"
+        parts += more
+    rel.message = "; ".join(parts) or "no plan meets the constraints"
+    if space.ram_short is not None:
+        rel.message += f"; {ram_text(space)}"
+    _add_options(rel, space, limits, settings, catalog, source)
+    rel.message += _fp16_note(space)
+    return rel
+
+
+def _fp16_note(space: Space) -> str:
+    """Why offered cards without bf16 have no plan for a bfloat16-published model (docs/precision.md)."""
+    sc, arch = space.scenario, space.job.arch
+    if arch.torch_dtype != "bfloat16" or sc.allow.fp16_for_bf16 or sc.plan.precision is not None:
+        return ""
+    without = sorted({g.id for g in space.gpus if not g.native_bf16})
+    if not without:
+        return ""
+    return (f"; {', '.join(without)} (no bf16) are not proposed for {arch.name}, published in bfloat16: "
+            "allow.fp16_for_bf16: true admits them in fp16 (overflow risk, docs/precision.md)")
+
+
+def _add_options(rel: Relaxation, space: Space, limits: Limits, settings: SolverSettings, catalog: Catalog,
+                 source: str) -> None:  # fmt: skip
+    """Fill ``rel.options`` with every single-limit change that restores a plan; the message names the others."""
+    gpu_ids = sorted(limits.gpus) if limits.gpus is not None else None
+    rel.options = single_options(space, limits, settings, catalog, gpu_ids, source)
+    others = [o.text for o in rel.options if o.field not in rel.binding]
+    if others:
+        lead = "each of these alone also restores a plan" if rel.binding not in (["memory"], ["host_ram"]) \
+            else "with room in host RAM"
+        rel.message += f"; {lead}: {'; '.join(others)}"

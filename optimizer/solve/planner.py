@@ -1,0 +1,369 @@
+"""From a scenario file to answers: the optimal plan, the best plan per GPU type, one estimate, explanations.
+
+This is the library entry point the CLI, batch and pareto call; it returns typed results and never prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from optimizer.inputs.catalog import (
+    Catalog,
+    default_offer_files,
+    load_catalog,
+    load_scenario,
+    resolve_model,
+    resolve_offer_file,
+    scenario_offer_files,
+)
+from optimizer.inputs.errors import InputError, SolverLimitError
+from optimizer.inputs.schema import Budget, Objective, PlanPins, Scenario, Status
+from optimizer.inputs.schema_plan import CalibrationUse, CostReport, Estimate, MemoryReport, Plan, RiskUse, TimeReport
+from optimizer.inputs.yamlio import validate, validate_value
+from optimizer.launch import launch_settings
+from optimizer.models import cost, hosts
+from optimizer.models.attention import attention_on
+from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
+from optimizer.models.engines import engine_key
+from optimizer.models.overlay import LoadedOverlay, group_accuracy, load_overlay, usage
+from optimizer.models.uncertainty import band
+from optimizer.solve import checklist, requirements
+from optimizer.solve.context import model_report, precision_notes, scenario_notes
+from optimizer.solve.explain import Relaxation, check_pins, explain, pin_problem
+from optimizer.solve.offer_facts import offer_report, spot_report
+from optimizer.solve.solver import Limits, Outcome, SolverSettings, limits_from, solve
+from optimizer.solve.space import MAX_JOB_HOURS, Space, bill_rows, build, enumerate_all, memory_risk, report_currency
+
+
+@dataclass
+class Overrides:
+    """Command-line values that replace the scenario's."""
+
+    objective: Objective | None = None
+    budget: float | None = None
+    deadline_hours: float | None = None
+    catalog: list[str] | None = None  # --catalog: replaces the scenario's catalog
+    add_catalog: list[str] | None = None  # --add-catalog: offered beside the scenario's catalog
+    calibration: str | None = None  # calibration overlay file (replaces the scenario's ``calibration:``)
+
+
+def with_overlay(catalog: Catalog, sc: Scenario, path: str | Path, ov: Overrides) -> Catalog:
+    """The catalog with the user's calibration overlay (``--calibration`` or the scenario's key), if any.
+
+    The overlay travels in ``calibration["overlay"]``, where optimizer/solve/space.py applies it after the models.
+    """
+    if ov.calibration is not None:
+        loaded = load_overlay(ov.calibration, str(path), "--calibration")
+    elif sc.calibration is not None:
+        file = Path(sc.calibration)
+        if not file.is_absolute() and not file.exists():
+            file = Path(path).parent / file
+        loaded = load_overlay(file, str(path), "calibration")
+    else:
+        return catalog
+    return replace(catalog, calibration={**catalog.calibration, "overlay": loaded})
+
+
+@dataclass
+class SolveResult:
+    """The answer to ``ftopt solve``."""
+
+    scenario: Scenario
+    best: Estimate
+    alternatives: list[Estimate]  # best plan on each other GPU type
+    top: list[Estimate]  # the k best plans (including best)
+    relaxation: Relaxation | None
+    currency: str
+    bound: float | None  # proven lower bound of the objective (cost or hours) when status is feasible
+    candidates: int
+    enumerated: int
+    launch: dict | None = None  # framework settings for the best plan (launch.py)
+    trade_off: dict | None = None  # what the scenario's tolerance traded (trade_off)
+
+
+def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scenario, Catalog, str]:
+    """Load the scenario, apply overrides, load its catalog."""
+    source = str(path)
+    sc = load_scenario(path)
+    ov = overrides or Overrides()
+    update: dict[str, object] = {}
+    if ov.objective is not None:
+        update["objective"] = ov.objective
+    if ov.deadline_hours is not None:
+        hours = validate_value(Scenario, "deadline_hours", ov.deadline_hours, source, "--deadline-hours")
+        update["deadline_hours"] = hours
+    if ov.budget is not None:
+        amount = validate_value(Budget, "amount", ov.budget, source, "--budget")
+        if sc.budget is None:
+            raise InputError(source, "budget", "--budget needs a budget: {amount, currency} block in the scenario")
+        update["budget"] = sc.budget.model_copy(update={"amount": amount})
+    if ov.catalog:
+        update["catalog"] = ov.catalog
+    if update:
+        sc = sc.model_copy(update=update)
+    files = scenario_offer_files(sc, path)
+    if ov.add_catalog:  # beside the scenario's offers (every built-in one when it names none)
+        added = [resolve_offer_file(n, source, "--add-catalog") for n in ov.add_catalog]
+        files = [*(files if files is not None else default_offer_files()), *added]
+    return sc, with_overlay(load_catalog(files), sc, path, ov), source
+
+
+def canonical_allow(sc: Scenario, catalog: Catalog, source: str) -> list[str] | None:
+    """Allow-listed GPU names as canonical ids (unknown names are errors)."""
+    if sc.allow.gpus is None:
+        return None
+    return [catalog.gpu_id(g, source, f"allow.gpus[{i}]") for i, g in enumerate(sc.allow.gpus)]
+
+
+def to_estimate(space: Space, i: int, status: Status) -> Estimate:
+    """The JSON-contract view of candidate ``i`` of the space."""
+    c = space.cand
+    offer = space.offers[int(c.offer_idx[i])]
+    b = space.bills[i]
+    mem = c.mem
+    plan = Plan(
+        gpu=offer.gpu,
+        offer=offer.id,
+        cards=int(c.cards[i]),
+        nodes=int(c.nodes[i]),
+        tp=int(c.cfg.tp[i]),
+        pp=int(c.cfg.pp[i]),
+        dp=int(c.cfg.dp[i]),
+        virtual_pipeline=int(c.time["pipeline_chunks"][i]),
+        zero_stage=int(c.cfg.zero_stage[i]),
+        offload=OFFLOAD[int(c.cfg.offload[i])],
+        micro_batch=int(c.cfg.micro_batch[i]),
+        grad_accum=int(c.cfg.grad_accum[i]),
+        precision=PRECISION[int(c.cfg.precision[i])],
+        optimizer=OPTIMIZER[int(c.cfg.optimizer[i])],
+        checkpointing=CHECKPOINTING[int(c.cfg.checkpointing[i])],
+        term=b.term,
+        billed_units=b.units,
+        attention=attention_on(space.gpus[int(c.offer_idx[i])], space.scenario.training.attention),
+        capacity=hosts.CAPACITY[int(c.capacity[i])],
+    )
+    capacity = int(c.hw.capacity_bytes[i])
+    memory = MemoryReport(
+        **{
+            k: int(mem[k][i])
+            for k in ("weights", "gradients", "optimizer", "activations", "logits", "overhead", "total")
+        },
+        capacity=capacity,
+        fits=bool(c.fits[i]),
+        cpu_offload=int(mem["cpu_offload"][i]),
+    )
+    t = c.time
+    time = TimeReport(
+        step_seconds=round(float(t["step_seconds"][i]), 6),
+        tokens_per_second=round(float(t["tokens_per_second"][i]), 3),
+        mfu=round(float(t["mfu"][i]), 6),
+        hours=round(float(t["hours"][i]), 6),
+        steps=space.job.steps,
+        interruption_hours=round(float(t["interruption_hours"][i]), 6),
+        checkpoint_interval_hours=round(float(t["checkpoint_interval_hours"][i]), 6),
+    )
+    offer_total = round(b.per_card * int(c.cards[i]), 2)
+    money = CostReport(total=offer_total, currency=offer.currency)
+    if offer.currency != space.currency:
+        money = CostReport(total=offer_total, currency=offer.currency,
+                           budget_currency_total=round(float(space.cost_total[i]), 2), budget_currency=space.currency)
+    arch = space.job.arch
+    notes = [*scenario_notes(space.scenario, arch), *precision_notes(plan.precision.value, arch)]
+    est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money, model=model_report(arch),
+                   offer=offer_report(space, i, b.units), spot=spot_report(space, i),
+                   requirements=requirements.for_row(space, i), checklist=checklist.for_row(space, i),
+                   notes=notes)  # fmt: skip
+    loaded: LoadedOverlay | None = space.overlay
+    engine = engine_key(space.scenario, space.job)
+    groups = (None, None) if loaded is None else (
+        loaded.time_group(space.gpus[int(c.offer_idx[i])].arch, engine, space.job.method.value, plan.precision.value),
+        loaded.memory_group(engine, space.job.method.value),
+    )  # fmt: skip
+    if loaded is not None:
+        est = est.model_copy(update={"calibration": CalibrationUse.model_validate(usage(loaded, *groups))})
+    if space.accuracy:  # validated on load (schema_catalog.Accuracy): both models or none
+        oi = int(c.offer_idx[i])
+        accuracy = group_accuracy(space.accuracy, loaded, *groups)
+        billed = hosts.spot_offer(offer) if plan.capacity == "spot" else offer
+        arch = space.gpus[oi].arch
+        u = band(est, billed, space.fx[oi], space.scenario, accuracy, arch)
+        u = u.model_copy(update={"risk": risk_use(space.scenario, space.accuracy, memory.total, capacity)})
+        est = est.model_copy(update={"uncertainty": u})
+    return est
+
+
+def risk_use(sc: Scenario, accuracy: dict, total: int, capacity: int) -> RiskUse:
+    """What the plan was checked at: the scenario's risk, the memory ratio (space.memory_risk) and the limits."""
+    ratio = memory_risk(sc, {"accuracy": accuracy})
+    return RiskUse(level=sc.risk.value, memory_ratio=ratio, total_at_risk=int(round(total * ratio)),
+                   usable=int(capacity * (1.0 - sc.headroom)),
+                   applies_to=["memory", "deadline", "budget"] if sc.risk_limits else ["memory"])  # fmt: skip
+
+
+DEFAULT_SETTINGS = SolverSettings()
+
+
+@contextmanager
+def named_limits(source: str) -> Iterator[None]:
+    """Prefix a SolverLimitError (candidate cap, time limit) with the scenario file it concerns."""
+    try:
+        yield
+    except SolverLimitError as exc:
+        message = str(exc)
+        raise SolverLimitError(message if message.startswith(source) else f"{source}: {message}") from None
+
+
+@dataclass
+class Loaded:
+    """A scenario file turned into its pruned candidate space and the user limits the solver enforces."""
+
+    scenario: Scenario
+    catalog: Catalog
+    source: str
+    space: Space
+    limits: Limits
+
+
+def load_space(path: str | Path, overrides: Overrides | None = None) -> Loaded:
+    """Load the scenario and its catalog, build the candidate space and the limits; bad pins are InputErrors."""
+    sc, catalog, source = prepare(path, overrides)
+    arch = resolve_model(sc, catalog, path)
+    allow = canonical_allow(sc, catalog, source)
+    with named_limits(source):
+        space = build(sc, catalog, arch, source)
+    limits = limits_from(space, allow)
+    check_pins(space, source)
+    return Loaded(sc, catalog, source, space, limits)
+
+
+def _solve_quietly(space: Space, objective: Objective, limits: Limits, settings: SolverSettings,
+                   subset: np.ndarray, tolerance: float = 0.0) -> Outcome:  # fmt: skip
+    """An extra solve (top-k, other GPU types): a time limit hit there drops the extra plan, not the answer."""
+    try:
+        return solve(space, objective, limits, settings, subset=subset, tolerance=tolerance)
+    except SolverLimitError:
+        return Outcome(Status.infeasible, None)
+
+
+def solve_scenario(path: str | Path, overrides: Overrides | None = None, settings: SolverSettings = DEFAULT_SETTINGS,
+                   top_k: int = 1) -> SolveResult:  # fmt: skip
+    """Solve one scenario file: optimal plan, best per other GPU type, top-k, or the infeasibility explanation."""
+    loaded = load_space(path, overrides)
+    sc, catalog, source, space, limits = loaded.scenario, loaded.catalog, loaded.source, loaded.space, loaded.limits
+    with named_limits(source):
+        out = solve(space, sc.objective, limits, settings, tolerance=sc.tolerance)
+        rel = explain(space, sc.objective, limits, settings, catalog, source) if out.index is None else None
+    if out.index is None:
+        empty = Estimate(status=Status.infeasible, plan=None, memory=None, time=None, cost=None)
+        return SolveResult(sc, empty, [], [], rel, space.currency, None, len(space.cand), space.enumerated)
+    best = to_estimate(space, out.index, out.status)
+    top = [best]
+    excluded = np.zeros(len(space.cand), dtype=bool)
+    excluded[out.index] = True
+    while len(top) < top_k and not excluded.all():
+        nxt = _solve_quietly(space, sc.objective, limits, settings, ~excluded, sc.tolerance)
+        if nxt.index is None:
+            break
+        top.append(to_estimate(space, nxt.index, nxt.status))
+        excluded[nxt.index] = True
+    alternatives = []
+    gpu_of = np.array([space.gpus[i].id for i in space.cand.offer_idx])
+    for gid in sorted(set(gpu_of)):
+        if gid == best.plan.gpu:
+            continue
+        alt = _solve_quietly(space, sc.objective, limits, settings, gpu_of == gid, sc.tolerance)
+        if alt.index is not None:
+            alternatives.append(to_estimate(space, alt.index, alt.status))
+    bound = None
+    if out.bound is not None and out.status is Status.feasible:  # solver units (cents, seconds) -> cost or hours
+        bound = out.bound / 100.0 if sc.objective is Objective.cost else out.bound / 3600.0
+    with named_limits(source):
+        traded = trade_off(space, limits, settings, out.index)
+    per_node = next(o.cards_per_node for o in space.offers if o.id == best.plan.offer)
+    launch = launch_settings(sc, best.plan, per_node)
+    counts = (len(space.cand), space.enumerated)
+    return SolveResult(sc, best, alternatives, top, None, space.currency, bound, *counts, launch, traded)
+
+
+def trade_off(space: Space, limits: Limits, settings: SolverSettings, chosen: int) -> dict:
+    """What the scenario's tolerance traded: the chosen plan against the plain optimum (tolerance 0).
+
+    premium = chosen's objective / optimum's - 1 (at most the tolerance); gain = optimum's other axis / chosen's
+    (how many times faster, or cheaper, the chosen plan is). Costs in the report currency, hours of wall clock.
+    """
+    sc = space.scenario
+    strict = chosen if sc.tolerance == 0 else solve(space, sc.objective, limits, settings).index
+    strict = chosen if strict is None else strict
+    cost, hours = space.cost_total, space.cand.time["hours"]
+    first, other = (cost, hours) if sc.objective is Objective.cost else (hours, cost)
+    premium = float(first[chosen] / first[strict] - 1.0) if first[strict] > 0 else 0.0
+    gain = float(other[strict] / other[chosen]) if other[chosen] > 0 else 1.0
+    doc = {"tolerance": sc.tolerance, "objective": sc.objective.value, "traded": bool(strict != chosen),
+           "optimum": {"cost": round(float(cost[strict]), 2), "hours": round(float(hours[strict]), 6)},
+           "premium": round(premium, 6), "gain": round(gain, 6), "text": None}  # fmt: skip
+    if strict != chosen:
+        dearer, best, axis = (("dearer", "cheapest", "faster") if sc.objective is Objective.cost
+                              else ("slower", "fastest", "cheaper"))  # fmt: skip
+        doc["text"] = (f"{premium:.1%} {dearer} than the {best} plan, {gain:.3g}x {axis}; `tolerance: 0` gives the "
+                       f"{best} ({doc['optimum']['cost']:,.2f} {space.currency}, {doc['optimum']['hours']:,.1f} h)")
+    return doc
+
+
+ESTIMATE_DEFAULTS = {"tp": 1, "pp": 1, "zero_stage": 0, "offload": "none", "checkpointing": "none"}
+
+
+def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Overrides | None = None) -> Estimate:
+    """Evaluate one configuration (scenario ``plan:`` merged with ``pins``); defaults fill the rest.
+
+    Needs gpu, cards and micro_batch. When several offers rent the GPU, the cheapest bill is reported.
+    """
+    space, best = estimate_space(path, pins, overrides)
+    # an estimate is one given configuration, not an optimum: feasible when it fits, else infeasible
+    return to_estimate(space, best, Status.feasible if bool(space.cand.fits[best]) else Status.infeasible)
+
+
+def estimate_space(path: str | Path, pins: dict[str, object], overrides: Overrides | None = None) -> tuple[Space, int]:
+    """The evaluated rows of one configuration (one per offer renting the GPU) and the row with the cheapest bill."""
+    sc, catalog, source = prepare(path, overrides)
+    merged = {
+        **ESTIMATE_DEFAULTS,
+        **sc.plan.model_dump(exclude_none=True),
+        **{k: v for k, v in pins.items() if v is not None},
+    }
+    merged.pop("billed_units", None)
+    for key in ("gpu", "cards", "micro_batch"):
+        if key not in merged:
+            raise InputError(
+                source,
+                f"plan.{key}",
+                f"estimate needs {key} (in the scenario's plan: block or as --{key.replace('_', '-')})",
+            )
+    pinned = validate(PlanPins, merged, source, "plan.")
+    sc = sc.model_copy(update={"plan": pinned})
+    arch = resolve_model(sc, catalog, path)
+    job, offers, gpus, ev = enumerate_all(sc, catalog, arch, source)
+    if len(ev) == 0:
+        raise InputError(source, *pin_problem(sc, arch, offers, gpus))
+    currency = report_currency(sc, offers)
+    fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
+    space = Space(job, sc, offers, gpus, currency, fx, ev, np.zeros(len(ev)), [], len(ev), int(ev.fits.sum()),
+                  accuracy=catalog.calibration.get("accuracy", {}), overlay=catalog.calibration.get("overlay"),
+                  hosts_cal=catalog.calibration.get("hosts", {}))
+    if sc.plan.capacity == "spot" and space.hosts_cal:  # estimate a pinned spot plan on its spot rows
+        space.cand = ev = hosts.add_spot_rows(ev, offers, space.hosts_cal, "spot")
+        if len(ev) == 0:
+            raise InputError(source, "plan.capacity", "spot needs an offer with spot.price and spot.interruptions")
+    slowest = float(np.max(ev.time["hours"]))
+    if not slowest <= MAX_JOB_HOURS:  # also NaN and infinity
+        raise InputError(source, "data", f"this configuration takes {slowest:,.0f} hours, more than the "
+                         f"{MAX_JOB_HOURS:,} hours (100 years) ftopt plans for; reduce the data")  # fmt: skip
+    totals, bills = bill_rows(ev, sc, offers, fx)
+    best = int(np.lexsort((np.arange(len(ev)), totals))[0])
+    space.cost_total = totals
+    space.bills = bills
+    return space, best

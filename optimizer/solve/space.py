@@ -1,0 +1,615 @@
+"""The candidate space: enumerate every configuration, evaluate it vectorised, keep what fits, prune dominance.
+
+For each offer the layouts (cards, nodes, tp, dp) are listed in Python (a few dozen); their cross product with
+ZeRO stage/offload, micro-batch and checkpointing is built and evaluated with numpy in one pass. Pins from the
+scenario's ``plan:`` block filter the grid before evaluation. A configuration survives when its per-GPU total
+fits ``capacity x (1 - headroom)``.
+
+Pruning (exact): for one offer and one card count, every configuration rents the same cards at the same prices,
+and the bill is non-decreasing in hours (cost.py), so the fastest one is also the cheapest and dominates the
+rest. One survivor per (offer, cards) is kept, ties broken by lower memory then by enumeration order. All user
+limits that the solver explains (allow-lists, budget, deadline) depend only on (offer, cards, hours, cost), so
+pruning never removes a plan that a constraint would prefer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from optimizer.inputs.catalog import Catalog
+from optimizer.inputs.errors import InputError, SolverLimitError, did_you_mean
+from optimizer.inputs.schema import Checkpointing, Offload, Precision, Scenario
+from optimizer.inputs.schema_catalog import Gpu, Offer
+from optimizer.models import cost, engines, hosts, memory
+from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
+from optimizer.models.engines import (
+    Capabilities,
+    OffloadRule,
+    capabilities,
+    checkpointing_levels,
+    half_precision_fallback,
+    offload_refusal,
+    offload_rule,
+    plan_refusals,
+    scenario_refusals,
+)
+from optimizer.models.overlay import apply as apply_overlay
+from optimizer.models.pipeline import chunks_refusal, engine_chunks
+from optimizer.models.uncertainty import hours_at, risk_ratio, time_ratios
+
+MAX_CANDIDATES = 4_000_000  # ~100 bytes x 40 columns each: stays well under 2 GiB of numpy temporaries
+# Planning horizon: plans running longer are dropped before billing (the bill's day table grows with the hours,
+# and no rental job runs for years); when every plan is longer, the scenario is an input error naming the data.
+MAX_JOB_HOURS = 100 * 8760
+ZERO_OFFLOAD = [(0, Offload.none), (1, Offload.none), (1, Offload.optimizer), (2, Offload.none),
+                (2, Offload.optimizer), (3, Offload.none), (3, Offload.optimizer), (3, Offload.all)]  # fmt: skip
+TP_CHOICES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to place the job on an offer: cards = tp x pp x dp over ``nodes`` nodes."""
+
+    offer: int  # index into Space.offers
+    cards: int
+    nodes: int
+    tp: int
+    pp: int
+    dp: int
+
+
+@dataclass
+class Evaluated:
+    """Configurations with their hardware, memory, time (arrays of shape (n,)) and the rows' offers."""
+
+    offer_idx: np.ndarray
+    cards: np.ndarray
+    nodes: np.ndarray
+    cfg: Configs
+    hw: Hardware
+    mem: dict[str, np.ndarray]
+    time: dict[str, np.ndarray]
+    fits: np.ndarray
+    capacity: np.ndarray | None = None  # 0 on demand, 1 spot (hosts.CAPACITY); None = all on demand
+    ram_short: np.ndarray | None = None  # fits the card but needs more host RAM than the node has; None = none
+
+    def __post_init__(self) -> None:
+        if self.capacity is None:
+            self.capacity = np.zeros(len(self.offer_idx), dtype=np.int64)
+        if self.ram_short is None:
+            self.ram_short = np.zeros(len(self.offer_idx), dtype=bool)
+
+    def take(self, index: np.ndarray) -> Evaluated:
+        """The rows selected by a boolean mask or index array."""
+        return Evaluated(
+            offer_idx=self.offer_idx[index],
+            cards=self.cards[index],
+            nodes=self.nodes[index],
+            cfg=self.cfg.take(index),
+            hw=self.hw.take(index),
+            mem={k: v[index] for k, v in self.mem.items()},
+            time={k: v[index] for k, v in self.time.items()},
+            fits=self.fits[index],
+            capacity=self.capacity[index],
+            ram_short=self.ram_short[index],
+        )
+
+    def __len__(self) -> int:
+        return int(self.offer_idx.shape[0])
+
+
+@dataclass
+class Space:
+    """The pruned candidates of one scenario, ready for the solver, plus what explains an empty result."""
+
+    job: Job
+    scenario: Scenario
+    offers: list[Offer]
+    gpus: list[Gpu]  # per offer
+    currency: str  # the currency every cost below is expressed in
+    fx: list[float]  # per offer: rate offer currency -> currency
+    cand: Evaluated  # survivors
+    cost_total: np.ndarray  # per survivor, in ``currency``
+    bills: list[cost.Bill]
+    enumerated: int = 0
+    fitting: int = 0
+    smallest_need: dict[str, int] = field(default_factory=dict)  # GPU id -> smallest per-GPU total over its configs
+    accuracy: dict[str, Any] = field(default_factory=dict)  # calibration.yaml accuracy (models/uncertainty.py)
+    overlay: Any = None  # the user's calibration overlay (optimizer/models/overlay.py LoadedOverlay), when one applies
+    hosts_cal: dict[str, Any] = field(default_factory=dict)  # calibration.yaml hosts (hosts.py, checklist.py)
+    # of the configurations that fit the card but not the node's host RAM, the closest to fitting: its need (bytes
+    # per node), offer id and the RAM its node has (explain.py names them when nothing else fits)
+    ram_short: tuple[int, str, int] | None = None
+    budget_total: np.ndarray | None = None  # risk_limits: the bill at the slow end, checked against the budget
+
+
+# ------------------------------------------------------------------------------------------------ job and offers
+
+
+def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any]) -> Job:
+    """The scenario's fixed quantities (architecture, method, software, sequence, batch, data).
+
+    From ``calibration`` (catalogs/calibration.yaml) the engine's facts that every model reads: the most
+    interleaved pipeline chunks it launches (``frameworks.pipeline_chunks``, or the pinned ``plan.virtual_pipeline``).
+    """
+    t = scenario.training
+    chunks = engine_chunks(scenario, calibration)
+    return Job(
+        arch=arch,
+        method=scenario.method,
+        lora=scenario.lora_spec,
+        framework=t.framework,
+        sharding=t.sharding,
+        attention=t.attention,
+        loss=t.loss,
+        base_bits=scenario.frozen_base_bits,
+        seq_len=scenario.seq_len,
+        global_batch=scenario.global_batch,
+        total_tokens=scenario.tokens_processed,
+        checkpoint_every_hours=t.checkpoint_every_hours,
+        compile=t.compile,
+        activation_offload=t.activation_offload,
+        optimizer_in_backward=t.optimizer_in_backward,
+        reduce_every_micro_batch=t.reduce_every_micro_batch,
+        pipeline_chunks=int(chunks),
+    )
+
+
+def report_currency(scenario: Scenario, offers: list[Offer]) -> str:
+    """Budget currency, else the offers' common currency, else USD."""
+    if scenario.budget is not None:
+        return scenario.budget.currency
+    currencies = sorted({o.currency for o in offers})
+    return currencies[0] if len(currencies) == 1 else "USD"
+
+
+def pinned_offers(scenario: Scenario, catalog: Catalog, source: str) -> list[Offer]:
+    """Offers left after the plan pins gpu and offer (the allow-lists are the solver's, to explain them)."""
+    pins = scenario.plan
+    offers = catalog.offers
+    if pins.gpu is not None:
+        gpu = catalog.gpu_id(pins.gpu, source, "plan.gpu")
+        offers = [o for o in offers if o.gpu == gpu]
+        if not offers:
+            raise InputError(source, "plan.gpu", f"no offer in the catalog rents {gpu}")
+    if pins.offer is not None:
+        chosen = [o for o in offers if o.id == pins.offer.lower()]
+        if not chosen:
+            ids = sorted(o.id for o in offers)
+            raise InputError(source, "plan.offer", f"unknown offer '{pins.offer}'{did_you_mean(pins.offer, ids)}")
+        offers = chosen
+    return offers
+
+
+# ------------------------------------------------------------------------------------------------ layouts
+
+
+def card_counts(offer: Offer, max_cards: int | None) -> list[int]:
+    """Card counts tried: powers of two within a node, its full size, whole nodes in powers of two and the maximum.
+
+    An instance offer (``sold_as: instance``) rents whole instances only, so only multiples of its
+    ``cards_per_instance`` are kept (an instance is one node).
+    """
+    per_node = offer.cards_per_node
+    counts = {c for c in (1, 2, 4, 8, 16, 32, 64) if c <= per_node} | {per_node}
+    nodes = 2
+    while nodes <= offer.max_nodes:
+        counts.add(per_node * nodes)
+        nodes *= 2
+    counts.add(per_node * offer.max_nodes)
+    return sorted(c for c in counts if (max_cards is None or c <= max_cards) and c % offer.unit_cards == 0)
+
+
+def tp_limit(offer: Offer, gpu: Gpu) -> int:
+    """Largest tp inside one NVLink domain (1 for cards without NVLink)."""
+    if not offer.nvlink or gpu.nvlink_gb_per_s <= 0:
+        return 1
+    return min(gpu.nvlink_domain, offer.cards_per_node)
+
+
+def layouts(
+    scenario: Scenario, job: Job, offers: list[Offer], gpus: list[Gpu], cap: Capabilities | None = None
+) -> list[Layout]:
+    """Every (offer, cards, nodes, tp, pp, dp) allowed by the pins, the heads, the NVLink domain and the engine."""
+    pins = scenario.plan
+    arch = job.arch
+    out: list[Layout] = []
+    for i, (offer, gpu) in enumerate(zip(offers, gpus, strict=True)):
+        counts = [pins.cards] if pins.cards is not None else card_counts(offer, None)
+        limit = tp_limit(offer, gpu)  # tensor parallelism stays inside one NVLink domain, pinned or not
+        tps = [t for t in ([pins.tp] if pins.tp is not None else TP_CHOICES) if t <= limit]
+        tps = [t for t in tps if cap is None or cap.allows_tp(t)]  # only degrees the engine runs
+        pp = pins.pp or 1
+        for cards in counts:
+            if cards % offer.unit_cards:  # a pinned count that is not whole instances
+                continue
+            nodes = -(-cards // offer.cards_per_node)
+            if nodes > offer.max_nodes or (pins.nodes is not None and pins.nodes != nodes):
+                continue
+            for tp in tps:
+                if arch.heads % tp or arch.kv_heads % tp or cards % (tp * pp):
+                    continue
+                dp = cards // (tp * pp)
+                if pins.dp is not None and pins.dp != dp:
+                    continue
+                out.append(Layout(i, cards, nodes, tp, pp, dp))
+    return out
+
+
+def _precisions(scenario: Scenario, gpu: Gpu, fallback: Precision = Precision.fp16, bf16_model: bool = False
+                ) -> list[int]:  # fmt: skip
+    """The pinned precision where the GPU runs it; else bf16, or the engine's ``fallback`` without native bf16.
+
+    A model published in bfloat16 is not proposed in fp16 (docs/precision.md) unless allow.fp16_for_bf16.
+    """
+    if scenario.plan.precision is not None:
+        return [PRECISION.index(scenario.plan.precision)] if gpu.peak_tflops(scenario.plan.precision) else []
+    if not gpu.native_bf16 and fallback is Precision.fp16 and bf16_model and not scenario.allow.fp16_for_bf16:
+        return []
+    return [PRECISION.index(Precision.bf16 if gpu.native_bf16 else fallback)]
+
+
+def grid(
+    scenario: Scenario,
+    job: Job,
+    lays: list[Layout],
+    gpus: list[Gpu],
+    offers: list[Offer],
+    levels: list[str] | None = None,
+    rule: OffloadRule | None = None,
+    fallback: Precision = Precision.fp16,
+) -> tuple[np.ndarray, ...]:
+    """Cross product of layouts with ZeRO/offload, micro-batch, checkpointing and precision, as int64 columns.
+
+    ``levels`` are the checkpointing levels the framework offers (calibration ``frameworks.checkpointing``);
+    None means all of them. ``rule`` drops the offloaded rows the engine cannot run (:func:`offload_rule`); None
+    keeps them all. ``fallback`` is the precision proposed on GPUs without native bf16 (fp16 unless the engine
+    rejects it). A pinned level, offload or precision is used as given.
+    """
+    pins = scenario.plan
+    levels = list(levels) if levels is not None else [c.value for c in CHECKPOINTING]
+    zo = [
+        (z, OFFLOAD.index(o))
+        for z, o in ZERO_OFFLOAD
+        if (pins.zero_stage is None or z == pins.zero_stage) and (pins.offload is None or o == pins.offload)
+    ]
+    rule = rule or OffloadRule()
+    if pins.offload is not None:  # a pinned offload runs as given, on as many ranks as the engine needs for it
+        rule = OffloadRule(min_dp=rule.min_dp)
+    if pins.zero_stage is not None and pins.offload is not None and not zo:
+        zo = [(pins.zero_stage, OFFLOAD.index(pins.offload))]
+    offered = [CHECKPOINTING.index(Checkpointing(c)) for c in levels]
+    cks = [CHECKPOINTING.index(pins.checkpointing)] if pins.checkpointing else offered
+    # rows are (layout, zero, offload, micro-batch, checkpointing, precision), in the order of the loops
+    # "for z, o in zo for m in mbs for ck in cks" per layout and precision (prune's tie-break relies on it);
+    # the (z, o, m, ck) block depends only on the (zero, offload) pairs and the micro-batch list, so it is built
+    # once per such pair of lists (numpy)
+    blocks: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], np.ndarray] = {}
+    picked: list[np.ndarray] = []
+    heads: list[tuple[int, int, int]] = []  # (layout, precision, rows in its block)
+    for li, lay in enumerate(lays):
+        if job.global_batch % lay.dp:
+            continue
+        per_rank = job.global_batch // lay.dp
+        if pins.micro_batch is not None:
+            mbs = [pins.micro_batch] if per_rank % pins.micro_batch == 0 else []
+        else:
+            mbs = [m for m in (1, 2, 4, 8, 16, 32, 64) if per_rank % m == 0]
+        if pins.grad_accum is not None:
+            mbs = [m for m in mbs if per_rank // m == pins.grad_accum]
+        if job.optimizer_in_backward:  # the step fused into backward runs without gradient accumulation
+            mbs = [m for m in mbs if per_rank // m == 1]
+        zo_lay = tuple((z, oi) for z, oi in zo if rule.keeps(z, Offload(OFFLOAD[oi]), lay.dp))
+        block = blocks.get((tuple(mbs), zo_lay))
+        if block is None:
+            block = blocks[(tuple(mbs), zo_lay)] = _zmc_block(list(zo_lay), mbs, cks)
+        for prec in _precisions(scenario, gpus[lay.offer], fallback, job.arch.torch_dtype == "bfloat16"):
+            picked.append(block)
+            heads.append((li, prec, block.shape[0]))
+    n_rows = sum(h[2] for h in heads)
+    if n_rows > MAX_CANDIDATES:
+        raise SolverLimitError(
+            f"{scenario.name}: the candidate space has {n_rows:,} configurations (limit {MAX_CANDIDATES:,}); "
+            "narrow it with allow.gpus, allow.max_cards or plan pins"
+        )
+    body = np.concatenate(picked) if picked else np.zeros((0, 4), dtype=np.int64)
+    counts = np.array([h[2] for h in heads], dtype=np.int64)
+    li_col = np.repeat(np.array([h[0] for h in heads], dtype=np.int64), counts)
+    prec_col = np.repeat(np.array([h[1] for h in heads], dtype=np.int64), counts)
+    return li_col, body[:, 0], body[:, 1], body[:, 2], body[:, 3], prec_col
+
+
+def _zmc_block(zo: list[tuple[int, int]], mbs: list[int], cks: list[int]) -> np.ndarray:
+    """Rows (zero, offload, micro-batch, checkpointing) of zo x mbs x cks, first factor slowest (int64)."""
+    iz, im, ic = (a.ravel() for a in np.indices((len(zo), len(mbs), len(cks))))
+    zo_arr = np.array(zo, dtype=np.int64).reshape(-1, 2)
+    return np.column_stack([zo_arr[iz, 0], zo_arr[iz, 1], np.array(mbs, dtype=np.int64)[im],
+                            np.array(cks, dtype=np.int64)[ic]]).astype(np.int64).reshape(-1, 4)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+
+
+def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards: np.ndarray, nodes: np.ndarray,
+             precision: np.ndarray, consts: dict[str, Any]) -> Hardware:  # fmt: skip
+    """Per-row hardware arrays from the catalog: capacity, peak of the precision, links, efficiency.
+
+    Link bandwidths are per GPU and direction, link peak x ``link_efficiency`` (calibration ``timing``):
+    - Capacity: the memory a process sees on the offer (hosts.capacity_bytes: usable, not nominal).
+    - NVLink inside the NVLink domain; PCIe peer-to-peer otherwise.
+    - Hosts without peer-to-peer (the offer's ``p2p``, else the GPU's: GeForce 40, bridge-less 3090 servers) stage
+      collectives through host memory: the node's host path carries
+      ``host`` x one PCIe link in all, shared by the g cards of the job in the node, so each gets
+      PCIe x host / g (fitted on the 2 x RTX 4090 FSDP case, docs/time-model.md).
+    - Across nodes NCCL runs one ring per NIC and every ring crosses each node boundary once, so the ring's
+      inter-node bus bandwidth per GPU is the node's aggregate NIC bandwidth, inter_node_gb_per_s x g
+      (nccl-tests busbw convention, formulas.md Part II sections 1.4 and 3.2); dp_bandwidth() in timing.py takes
+      the slower of that and the intra-node link.
+    """
+    link = consts["link_efficiency"]
+    archs = sorted({g.arch for g in gpus})
+    n_off = len(offers)
+    o = offer_idx
+    cap = np.array([float(hosts.capacity_bytes(g, of)) for g, of in zip(gpus, offers, strict=True)])
+    bf16 = np.array([(g.bf16_tflops or g.fp16_tflops) * 1e12 for g in gpus])
+    peaks = np.array([[(g.peak_tflops(p) or 0.0) * 1e12 for p in PRECISION] for g in gpus]).reshape(
+        n_off, len(PRECISION)
+    )
+    hbm = np.array([g.memory_bandwidth_gb_per_s * 1e9 for g in gpus])
+    nvl = np.array(
+        [g.nvlink_gb_per_s * 1e9 * link["nvlink"] if of.nvlink else 0.0 for g, of in zip(gpus, offers, strict=True)]
+    )
+    domain = np.array([g.nvlink_domain if of.nvlink else 1 for g, of in zip(gpus, offers, strict=True)])
+    pcie = np.array([g.pcie_gb_per_s * 1e9 for g in gpus])
+    p2p = np.array([hosts.p2p(g, of) for g, of in zip(gpus, offers, strict=True)])
+    per_node_cards = np.minimum(cards, np.array([of.cards_per_node for of in offers])[o]).astype(np.float64)
+    pcie_peer = np.where(
+        p2p[o], pcie[o] * link["pcie"], pcie[o] * link["host"] / np.maximum(per_node_cards, 1.0)
+    )  # fmt: skip
+    nic = np.array([(of.inter_node_gb_per_s or 0.0) * 1e9 * link["network"] for of in offers])
+    eff = np.array([float(consts["efficiency"][g.arch]) for g in gpus])
+    attn = consts.get("attention_efficiency", {})
+    att = np.array([[float(attn.get(g.arch, {}).get(k, np.nan)) for k in ("fa2", "fused")] for g in gpus])
+    att = att.reshape(-1, 2)
+    arch_code = np.array([archs.index(g.arch) for g in gpus])
+    in_domain = per_node_cards <= domain[o]
+    intra = np.where(in_domain & (nvl[o] > 0), nvl[o], pcie_peer)
+    return Hardware(
+        capacity_bytes=cap[o],
+        peak_flops=peaks[o, precision],
+        bf16_flops=bf16[o],
+        hbm_bytes_per_s=hbm[o],
+        intra_bytes_per_s=intra,
+        tp_bytes_per_s=np.where(nvl[o] > 0, nvl[o], pcie_peer),
+        inter_bytes_per_s=np.where(nodes > 1, nic[o] * per_node_cards, np.inf),
+        pcie_bytes_per_s=pcie[o] * link["pcie"],
+        nodes=nodes,
+        cards_per_node=np.array([of.cards_per_node for of in offers])[o],
+        efficiency=eff[o],
+        arch_code=arch_code[o],
+        attention_efficiency=att[o, 0],
+        fused_attention_efficiency=att[o, 1],
+    )
+
+
+def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer], gpus: list[Gpu],
+             offer_idx: np.ndarray, cards: np.ndarray, nodes: np.ndarray, cfg: Configs) -> Evaluated:  # fmt: skip
+    """Memory, time and fit of every row (vectorised)."""
+    cal = catalog.calibration
+    hw = hardware(gpus, offers, offer_idx, cards, nodes, cfg.precision, cal["timing"])
+    mem = memory.breakdown(job, cfg, cal["memory"])
+    usable = hw.capacity_bytes * (1.0 - scenario.headroom)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = hosts.wall_clock(job, cfg, hw, offers, offer_idx, nodes, cal)
+    if cal.get("overlay") is not None:  # a user's calibration overlay: a final correction per group (overlay.py)
+        arch = np.array([g.arch for g in gpus], dtype=object)[offer_idx]
+        mem, t = apply_overlay(cal["overlay"], mem, t, arch, cfg.precision, engines.engine_key(scenario, job),
+                               job.method.value, job.steps)  # fmt: skip
+    at_risk = mem["total"] * memory_risk(scenario, cal)  # the peak at the scenario's risk percentile must fit
+    fits = (at_risk <= usable) & np.isfinite(t["hours"]) & (hw.peak_flops > 0)
+    pinned_chunks = scenario.plan.virtual_pipeline
+    if pinned_chunks is not None and pinned_chunks > 1:  # a pin launches exactly its chunks (models/pipeline.py)
+        fits &= t["pipeline_chunks"] == pinned_chunks
+    host_gib = scenario.allow.max_host_memory_gib
+    if host_gib is not None:  # offloaded states must also fit in the node's RAM
+        fits &= mem["cpu_offload"] <= host_gib * 2**30
+    short = np.zeros(len(fits), dtype=bool)
+    if cal.get("hosts"):  # offloaded states and the ranks' processes must fit in the node's RAM (hosts.py rule)
+        ranks = hosts.ranks_per_node(cards, offers, offer_idx)
+        need = hosts.host_ram_need(mem["cpu_offload"], ranks, cal["hosts"])
+        ram_ok = hosts.ram_fits(need, hosts.host_ram_bytes(offers, offer_idx, ranks, cal["hosts"], host_gib))
+        short = fits & ~ram_ok
+        fits &= ram_ok
+    return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits, ram_short=short)
+
+
+def ram_short_summary(ev: Evaluated, offers: list[Offer], hosts_cal: Mapping[str, Any],
+                      override_gib: float | None) -> tuple[int, str, int] | None:  # fmt: skip
+    """(host RAM need, offer id, node RAM) per node of the configuration closest to fitting its node.
+
+    Among the configurations that fit their cards but not their node's host RAM, the one with the smallest need -
+    RAM; None when there is none.
+    """
+    rows = np.flatnonzero(ev.ram_short)
+    if not rows.size or not hosts_cal:
+        return None
+    ranks = hosts.ranks_per_node(ev.cards[rows], offers, ev.offer_idx[rows])
+    need = hosts.host_ram_need(ev.mem["cpu_offload"][rows], ranks, hosts_cal)
+    have = hosts.host_ram_bytes(offers, ev.offer_idx[rows], ranks, hosts_cal, override_gib)
+    k = int(np.lexsort((rows, need, need - have))[0])
+    return int(need[k]), offers[int(ev.offer_idx[rows[k]])].id, int(have[k])
+
+
+def engine_capabilities(scenario: Scenario, catalog: Catalog, arch: Any, source: str) -> Capabilities:
+    """The engine's capabilities; an input error when the scenario or a pin asks for what the engine cannot run.
+
+    A pinned tp that no layout could take anyway (it does not divide the heads, or the pinned cards) is left to the
+    pin explanation (explain.py), which names that reason.
+    """
+    cap = capabilities(scenario, catalog)
+    pins = scenario.plan
+    tp = pins.tp or 1
+    if arch.heads % tp or arch.kv_heads % tp or (pins.cards and pins.cards % (tp * (pins.pp or 1))):
+        tp = 1
+    refused = scenario_refusals(scenario, cap) + plan_refusals(
+        scenario, cap, tp, pins.pp or 1, pins.grad_accum, pins.checkpointing
+    )
+    chunks = chunks_refusal(scenario, arch.layers, catalog.calibration)
+    if chunks is not None:
+        refused.append(chunks)
+    if refused:
+        raise InputError(source, *refused[0])
+    return cap
+
+
+def enumerate_all(
+    scenario: Scenario, catalog: Catalog, arch: Any, source: str, replay: bool = False
+) -> tuple[Job, list[Offer], list[Gpu], Evaluated]:
+    """Every configuration allowed by the pins, evaluated (before the fit filter and pruning).
+
+    ``replay``: evaluate a published run's pinned configuration as it was measured, without the engine's launch
+    rules (reference cases stand a run of another stack, e.g. torchtitan at tp 8, by the framework whose defaults
+    match; the rules say what ftopt may propose and launch, not what was run).
+    """
+    job = make_job(scenario, arch, catalog.calibration)
+    offers = pinned_offers(scenario, catalog, source)
+    gpus = [catalog.gpus[o.gpu] for o in offers]
+    if replay:
+        cap = Capabilities(engine=capabilities(scenario, catalog).engine)
+    else:
+        cap = engine_capabilities(scenario, catalog, arch, source)
+    lays = layouts(scenario, job, offers, gpus, cap)
+    levels = checkpointing_levels(job, catalog)
+    if job.activation_offload and cap.offload_needs_checkpointing:  # offloads the activations it checkpoints
+        levels = [c for c in (levels or [c.value for c in CHECKPOINTING]) if c != Checkpointing.none.value]
+    rule, fallback = offload_rule(scenario, job, catalog), half_precision_fallback(job, catalog)
+    refused = None if replay else offload_refusal(scenario, rule, cap.engine)
+    if refused is not None:
+        raise InputError(source, *refused)
+    li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers, levels, rule, fallback)
+    lay_arr = np.array([(x.offer, x.cards, x.nodes, x.tp, x.pp, x.dp) for x in lays], dtype=np.int64).reshape(-1, 6)
+    rows = lay_arr[li] if len(li) else np.zeros((0, 6), dtype=np.int64)
+    optimizer_code = OPTIMIZER.index(scenario.plan.optimizer or scenario.training.optimizer)
+    cfg = Configs(
+        tp=rows[:, 3], pp=rows[:, 4], dp=rows[:, 5], zero_stage=z, offload=o, micro_batch=m,
+        grad_accum=job.global_batch // np.maximum(rows[:, 5] * m, 1), checkpointing=ck, precision=prec,
+        optimizer=column(np.full(len(li), optimizer_code)),
+    )  # fmt: skip
+    ev = evaluate(job, scenario, catalog, offers, gpus, rows[:, 0], rows[:, 1], rows[:, 2], cfg)
+    return job, offers, gpus, ev
+
+
+def prune(ev: Evaluated) -> np.ndarray:
+    """Indices of the fastest fitting row per (offer, cards).
+
+    Ties in time go to the simpler configuration (lower ZeRO stage, then less offload, then less checkpointing:
+    a one-GPU ZeRO-1 that is exactly as fast as ZeRO-0 is no reason to shard), then lower memory, then enumeration
+    order.
+    """
+    idx = np.flatnonzero(ev.fits)
+    if idx.size == 0:
+        return idx
+    c = ev.cfg
+    order = np.lexsort((idx, ev.mem["total"][idx], c.checkpointing[idx], c.offload[idx], c.zero_stage[idx],
+                        ev.time["hours"][idx], ev.cards[idx], ev.offer_idx[idx]))  # fmt: skip
+    ranked = idx[order]
+    key = ev.offer_idx[ranked] * 1_000_000 + ev.cards[ranked]
+    first = np.ones(ranked.size, dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    return ranked[first]
+
+
+def bill_rows(
+    ev: Evaluated, scenario: Scenario, offers: list[Offer], fx: list[float]
+) -> tuple[np.ndarray, list[cost.Bill]]:
+    """Cheapest bill of every row (one cost.bills call per offer) and its total: per card x cards x fx rate.
+
+    A pinned ``term`` restricts the terms; a row whose offer does not price it gets an infinite total.
+    """
+    terms = scenario.billing_terms
+    totals = np.zeros(len(ev))
+    by_row: dict[int, cost.Bill] = {}
+    for oi, cap in sorted({(int(o), int(c)) for o, c in zip(ev.offer_idx, ev.capacity, strict=True)}):
+        rows = np.flatnonzero((ev.offer_idx == oi) & (ev.capacity == cap))
+        billed = hosts.spot_offer(offers[oi]) if cap == hosts.SPOT else offers[oi]  # spot: its hourly spot price
+        for r, b in zip(rows, cost.bills(ev.time["hours"][rows], billed, terms), strict=True):
+            totals[r] = b.per_card * ev.cards[r] * fx[oi]
+            by_row[int(r)] = b
+    return totals, [by_row[i] for i in range(len(ev))]
+
+
+def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenario") -> Space:
+    """Enumerate, evaluate, filter by memory, prune by dominance, and bill the survivors."""
+    job, offers, gpus, ev = enumerate_all(scenario, catalog, arch, source)
+    currency = report_currency(scenario, offers)
+    fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
+    need: dict[str, int] = {}
+    for gi, g in enumerate(gpus):
+        rows = ev.offer_idx == gi
+        if rows.any():
+            need[g.id] = min(need.get(g.id, 2**62), int(ev.mem["total"][rows].min()))
+    keep = prune(ev)
+    keep = keep[ev.time["hours"][keep] <= MAX_JOB_HOURS] if keep.size else keep
+    if keep.size == 0 and ev.fits.any():
+        fastest = float(ev.time["hours"][ev.fits].min())
+        if fastest > MAX_JOB_HOURS:
+            raise InputError(source, "data", f"the fastest plan that fits takes {fastest:,.0f} hours, more "
+                             f"than the {MAX_JOB_HOURS:,} hours (100 years) ftopt plans for; reduce the data")
+    cand = ev.take(keep)
+    pinned = scenario.plan.capacity
+    if (scenario.allow.spot or pinned == "spot") and catalog.calibration.get("hosts"):
+        cand = hosts.add_spot_rows(cand, offers, catalog.calibration["hosts"], pinned)
+        cand = cand.take(cand.time["hours"] <= MAX_JOB_HOURS)
+    elif pinned == "spot":
+        raise InputError(source, "plan.capacity", "spot plans need the calibration hosts section")
+    totals, bills_out = bill_rows(cand, scenario, offers, fx)
+    finite = np.isfinite(totals)
+    if not finite.all():  # a pinned term the offer does not price
+        cand = cand.take(finite)
+        totals = totals[finite]
+        bills_out = [b for b, f in zip(bills_out, finite, strict=True) if f]
+    budget_total = None
+    if scenario.risk_limits:  # the deadline and budget hold at the slow end: margin and bill at the risk's hours
+        cand, budget_total = limits_at_risk(job, scenario, catalog.calibration.get("accuracy", {}), cand, offers, fx)
+    return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, len(ev), int(ev.fits.sum()), need,
+                 catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"),
+                 catalog.calibration.get("hosts", {}),
+                 ram_short_summary(ev, offers, catalog.calibration.get("hosts", {}),
+                                   scenario.allow.max_host_memory_gib),
+                 budget_total)  # fmt: skip
+
+
+def memory_risk(scenario: Scenario, calibration: Mapping[str, Any]) -> float:
+    """The memory model's measured / predicted ratio at the scenario's ``risk`` (uncertainty.risk_ratio)."""
+    try:
+        return risk_ratio(calibration.get("accuracy", {}).get("memory"), scenario.risk.value)
+    except KeyError as exc:
+        raise InputError("scenario", "risk", f"{exc.args[0]} in calibration.yaml accuracy.memory; "
+                         "use risk p50 or p90") from None  # fmt: skip
+
+
+def limits_at_risk(job: Job, scenario: Scenario, accuracy: Mapping[str, Any], cand: Evaluated, offers: list[Offer],
+                   fx: list[float]) -> tuple[Evaluated, np.ndarray]:  # fmt: skip
+    """``risk_limits``: the rows with the deadline margin grown to the slow end, and each row's bill there.
+
+    hours_r = fixed + compute x r (uncertainty.hours_at), r the time model's ratio at ``risk`` for the row's group;
+    the deadline is checked at hours + margin, so the margin grows by hours_r - hours; the budget is checked
+    against the cheapest bill for hours_r.
+    """
+    precision = [PRECISION[int(p)].value for p in cand.cfg.precision]
+    try:
+        ratio = time_ratios(accuracy, scenario.training.framework.value, precision, cand.nodes, scenario.risk.value)
+    except KeyError as exc:
+        raise InputError("scenario", "risk_limits", f"{exc.args[0]} for the time model; use risk p50 or p90 "
+                         "with risk_limits") from None  # fmt: skip
+    t = cand.time
+    slow = hours_at(t["hours"], job.steps, t["step_seconds"], ratio)
+    margin = t.get("deadline_margin_hours", np.zeros(len(cand))) + np.maximum(slow - t["hours"], 0.0)
+    cand = dataclasses.replace(cand, time={**t, "deadline_margin_hours": margin})
+    slow_rows = dataclasses.replace(cand, time={**t, "hours": np.maximum(slow, t["hours"])})
+    return cand, bill_rows(slow_rows, scenario, offers, fx)[0]
