@@ -91,3 +91,19 @@ def test_host_memory_limit_rules_out_plans_that_offload_more(write_scenario):
     tight = limited(math.floor(need_gib) - 1)
     assert tight.plan != unlimited.plan
     assert tight.plan is None or tight.memory.cpu_offload <= (math.floor(need_gib) - 1) * 2**30
+
+
+def test_the_host_memory_cap_binds_on_offers_that_state_their_ram(tmp_path: Path):
+    # lambda's 8 x H100 instance states 1.8 TB of RAM and the 70B plan offloads ~1,577 GiB to it; a user who caps
+    # offloading at 1,000 GiB per node must not get that plan (the offer's own figure does not lift the user's cap)
+    doc = yaml.safe_load((REPO / "scenarios" / "70b.yaml").read_text(encoding="utf-8"))
+    doc["catalog"] = "lambda"
+    path = tmp_path / "70b-lambda.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    plain = solve_scenario(path).best
+    assert plain.memory is not None and plain.offer is not None and plain.offer.host_ram_rule is None  # stated RAM
+    assert plain.memory.cpu_offload > 1000 * 2**30
+    doc["allow"]["max_host_memory_gib"] = 1000
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    capped = solve_scenario(path).best
+    assert capped.plan is None or capped.memory.cpu_offload <= 1000 * 2**30
