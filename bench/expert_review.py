@@ -22,11 +22,16 @@ For every default plan (the scenario's objective, risk and tolerance, as ``ftopt
   for hours less than 5% longer.
 
 Seed comparison: each scenario's rule-of-thumb plan (the seed articles' sizing: GPU memory = params x 16 GB for
-full fine-tuning, x 5 for LoRA, x 2.5 for QLoRA; a 24 GB card when that suffices, else 80 GB cards in powers of two,
-8 per node, e.g. 7B LoRA on one RTX 4090 and 70B full on 16 A100-80G), given its best configuration on that
-hardware (a charitable reading: the expert picks the hardware by the rule and the software well), against ftopt's
-cheapest plan that is at least as fast (deadline = the rule-of-thumb plan's hours). The median saving must stay at
-least 30%. Both plans come from the same candidate space, so both fit at the scenario's risk.
+full fine-tuning, x 5 for LoRA, x 2.5 for QLoRA; then the cards the seeds name for that size: a 24 GB card (RTX 4090,
+A10, RTX 3090, L4) when that suffices, a 40 or 48 GB card (A100 40G, A800 40G; "a 40 GB or 48 GB card runs 7B LoRA
+comfortably") up to 48 GB, else 80 GB cards (A100 80G, A800, H100, H800) in powers of two, e.g. 7B QLoRA on one
+RTX 4090, 8B LoRA on one A100 40G, 70B full on 16 A100-80G). Where the catalog sells that GPU only as whole
+instances, the rule's user rents the smallest whole number of instances holding those cards and trains on all of
+them (as the seeds' "rent one 8-card A100 80G machine by the hour"). The rule-of-thumb plan gets its best
+configuration on that hardware (a charitable reading: the expert picks the hardware by the rule and the software
+well) and is compared with ftopt's cheapest plan that is at least as fast (deadline = the rule-of-thumb plan's
+hours). The median saving must stay at least 30%. Both plans come from the same candidate space, so both fit at the
+scenario's risk. ``--seed-detail`` prints both plans per scenario.
 """
 
 from __future__ import annotations
@@ -66,8 +71,12 @@ JOBS = [  # (model, method, tokens, seq_len, global_batch): what users write (7B
     ("Llama-3.1-70B", "full", 2.0e8, 4096, 128),
 ]
 THUMB_GB = {"full": 16.0, "lora": 5.0, "qlora": 2.5}  # GB of GPU memory per billion parameters (the seeds)
-SMALL_CARDS = ("RTX-4090", "RTX-3090", "A10", "L4")  # 24 GB, in the seeds' order of preference
-BIG_CARDS = ("A100-80G", "A800-80G", "H100-SXM", "H800", "H100-PCIe")  # 80 GB
+# The cards the seeds name per memory tier, in their order of preference: (tier GB, GPU ids).
+THUMB_TIERS = (
+    (24.0, ("RTX-4090", "A10", "RTX-3090", "L4")),  # "QLoRA 7B: one RTX 4090 24G or A10 24G"; 3090 for 7B LoRA
+    (48.0, ("A100-40G", "A800-40G", "L40S", "RTX-A6000", "RTX-6000-Ada")),  # "LoRA 7B: A100 40G or A800 40G", 48 GB
+)
+BIG_CARDS = ("A100-80G", "A800-80G", "H100-SXM", "H800", "H100-PCIe")  # 80 GB, in powers of two
 
 
 def user_scenarios(folder: Path) -> list[Path]:
@@ -152,24 +161,34 @@ def thumb_hardware(space: Space) -> tuple[str, int] | None:
     """The rule-of-thumb GPU and card count for the scenario, among the GPUs its catalog offers."""
     need_gb = THUMB_GB[space.scenario.method.value] * space.job.arch.params / 1e9
     offered = {g.id for g in space.gpus}
-    if need_gb <= 24:
-        small = next((g for g in SMALL_CARDS if g in offered), None)
-        if small:
-            return small, 1
+    for tier_gb, cards in THUMB_TIERS:
+        if need_gb <= tier_gb:
+            pick = next((g for g in cards if g in offered), None)
+            if pick:
+                return pick, 1
     big = next((g for g in BIG_CARDS if g in offered), None)
     if big is None:
         return None
     return big, 2 ** math.ceil(math.log2(max(need_gb / 80.0, 1.0)))
 
 
-def seed_saving(space: Space, limits: Any) -> float | None:
+def thumb_rows(space: Space, gpu: str, cards: int) -> np.ndarray:
+    """Candidates on ``gpu`` renting the rule's ``cards``: exactly that many per-card, or the fewest whole instances."""
+    c = space.cand
+    want = np.empty(len(space.offers), dtype=np.int64)
+    for k, offer in enumerate(space.offers):
+        unit = offer.unit_cards
+        want[k] = -(-cards // unit) * unit if offer.gpu == gpu else -1
+    return want[c.offer_idx] == c.cards
+
+
+def seed_saving(space: Space, limits: Any, detail: bool = False) -> float | None:
     """1 - ftopt's cost / the rule-of-thumb plan's, ftopt at least as fast (module docstring); None: no such plan."""
     hw = thumb_hardware(space)
     if hw is None:
         return None
     c = space.cand
-    gpu_of = np.array([space.offers[int(i)].gpu for i in c.offer_idx])
-    rows = (gpu_of == hw[0]) & (c.cards == hw[1])
+    rows = thumb_rows(space, *hw)
     if not rows.any():
         return None
     free = limits.without("budget_cents", "deadline_s")
@@ -180,6 +199,11 @@ def seed_saving(space: Space, limits: Any) -> float | None:
     best = solve(space, Objective.cost, free.replace(deadline_s=deadline), SETTINGS).index
     if best is None:
         return None
+    if detail:
+        for tag, i in (("rule", thumb), ("ftopt", best)):
+            o = space.offers[int(c.offer_idx[i])]
+            print(f"    {tag:>5}: {o.id} x {int(c.cards[i])} cards, {float(c.time['hours'][i]):,.1f} h, "
+                  f"{float(space.cost_total[i]):,.2f} {space.currency}")
     return 1.0 - float(space.cost_total[best]) / float(space.cost_total[thumb])
 
 
@@ -200,7 +224,7 @@ def old_default_cost(path: Path) -> float | None:
     return None if out.index is None else float(loaded.space.cost_total[out.index])
 
 
-def review_one(path: Path, review: Review, compare_risk: bool) -> str:
+def review_one(path: Path, review: Review, compare_risk: bool, detail: bool = False) -> str:
     """Review one scenario; returns a one-line summary."""
     name = path.stem
     loaded = load_space(path)
@@ -213,7 +237,7 @@ def review_one(path: Path, review: Review, compare_risk: bool) -> str:
     check_plan(space, limits, out.index, review, name)
     line = f"{name}: {float(space.cost_total[out.index]):,.2f} {space.currency}, " \
            f"{float(space.cand.time['hours'][out.index]):,.1f} h"  # fmt: skip
-    saving = seed_saving(space, limits)
+    saving = seed_saving(space, limits, detail)
     if saving is not None:
         review.savings.append(saving)
         line += f"; vs rule of thumb {saving:+.1%}"
@@ -234,6 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--compare-risk", action="store_true", help="also measure the cost of risk p90 vs the old fit")
     ap.add_argument("--limit", type=int, default=None, help="review only the first N scenarios")
     ap.add_argument("--only-shipped", action="store_true", help="the shipped scenarios only")
+    ap.add_argument("--seed-detail", action="store_true", help="print the rule-of-thumb and ftopt plans compared")
     args = ap.parse_args(argv)
     review = Review()
     with tempfile.TemporaryDirectory() as tmp:
@@ -242,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
             paths += user_scenarios(Path(tmp))
         for path in paths[: args.limit]:
             try:
-                print(review_one(path, review, args.compare_risk), flush=True)
+                print(review_one(path, review, args.compare_risk, args.seed_detail), flush=True)
             except FtoptError as exc:
                 review.infeasible += 1
                 print(f"{path.stem}: error: {exc}", flush=True)
