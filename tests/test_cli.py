@@ -87,6 +87,14 @@ def test_catalog_validate_accepts_one_offers_file(run_cli):
     assert re.fullmatch(r"ok: 1 file: 0 gpus, \d+ offers, 0 models, 0 fx rates\n", result.stdout)
 
 
+def test_catalog_validate_takes_a_built_in_name_as_scenarios_do(run_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no file called "us" here: the name is the built-in catalog, as `catalog: us` reads it
+    n_us = len(yaml.safe_load((REPO / "catalogs" / "offers" / "us.yaml").read_text())["offers"])
+    assert run_cli("catalog", "validate", "us").stdout == f"ok: 1 file: 0 gpus, {n_us} offers, 0 models, 0 fx rates\n"
+    wrong = run_cli("catalog", "validate", "uss")
+    assert wrong.exit_code == 2 and "built-in catalogs: aws, cn" in wrong.stderr and wrong.stderr.count("\n") == 1
+
+
 def _offers(tmp_path, **changes) -> str:
     price = {"amount": 1.5, "source": "my price list", "as_of": "2026-01-01"}
     offer = {"id": "my-offer", "provider": "Me", "gpu": "A100-80G", "cards_per_node": 8, "prices": {"hour": price}}

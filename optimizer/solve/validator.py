@@ -458,6 +458,14 @@ def _kind(path: Path) -> str:
     raise InputError(str(path), "", "not a catalog file: expected a top-level key gpus, offers, models or rates")
 
 
+def _named(path: str | Path) -> Path:
+    """A file to validate: an existing path, else a built-in offers name (``us``) as ``catalog:`` reads it."""
+    p = Path(path)
+    if p.exists() or p.suffix or len(p.parts) > 1:
+        return p
+    return catalog_mod.resolve_offer_file(path, str(path), "catalog validate")
+
+
 def validate_catalog_files(paths: list[str | Path] | None = None,
                            root: Path = catalog_mod.CATALOG_DIR) -> CatalogCounts:  # fmt: skip
     """Validate catalog files with the loader's pydantic models; the built-in catalog when ``paths`` is empty.
@@ -465,8 +473,8 @@ def validate_catalog_files(paths: list[str | Path] | None = None,
     Offers are checked against the GPUs of the gpus file given alongside them (else the built-in gpus.yaml):
     known GPU ids, unique offer ids, the file-level currency. Raises InputError (one line) at the first problem.
     """
-    files = [Path(p) for p in paths] if paths else [root / "gpus.yaml", root / "models.yaml", root / "fx.yaml",
-                                                    *catalog_mod.default_offer_files()]  # fmt: skip
+    files = [_named(p) for p in paths] if paths else [root / "gpus.yaml", root / "models.yaml", root / "fx.yaml",
+                                                      *catalog_mod.default_offer_files()]  # fmt: skip
     by_kind: dict[str, list[Path]] = {"gpus": [], "offers": [], "models": [], "rates": []}
     for f in files:
         by_kind[_kind(f)].append(f)
