@@ -150,3 +150,22 @@ def test_interruption_band_must_be_ordered(tmp_path, run_cli):
     result = run_cli("catalog", "validate", path)
     assert result.exit_code == 2 and "mtbi_hours_low must be <= mtbi_hours_high" in result.stderr
     assert yaml.safe_load(path.read_text())  # untouched
+
+
+def test_the_deadline_an_explanation_lists_for_a_spot_plan_includes_its_slow_end(tmp_path):
+    # A budget only the spot plan meets and a deadline it cannot: the deadline the explanation lists must be the
+    # one the solver checks (the spot plan's pessimistic end), so that raising the deadline to it gives a plan.
+    from optimizer.solve.planner import Overrides
+
+    o = _spot_offer(0.6, (10.0, 40.0))
+    spot = solve_scenario(_scenario(tmp_path, o)).best
+    on_demand = solve_scenario(_scenario(tmp_path, o, allow={"max_cards": 1})).best
+    assert spot.plan.capacity == "spot" and spot.cost.total < on_demand.cost.total  # type: ignore[union-attr]
+    assert spot.spot is not None and spot.spot.hours_high > spot.time.hours + 0.05  # a margin that matters
+    budget = (spot.cost.total + on_demand.cost.total) / 2  # type: ignore[union-attr]
+    path = _scenario(tmp_path, o, budget={"amount": budget, "currency": "USD"}, deadline_hours=spot.time.hours / 2)
+    result = solve_scenario(path)
+    need = {x.field: x.value for x in result.relaxation.options}["deadline_hours"]
+    assert need >= spot.spot.hours_high - 0.01
+    assert solve_scenario(path, Overrides(deadline_hours=need)).best.status.value == "optimal"
+    assert solve_scenario(path, Overrides(deadline_hours=need - 0.02)).best.status.value == "infeasible"

@@ -61,3 +61,10 @@ def test_the_plan_says_where_to_rent_and_on_what_price_basis(run_cli):
     assert f"Rent: {offer['id']} from {offer['provider']}" in text
     if offer["id"] == "seed002-a100-80g":  # priced at the low end of a quoted range: the plan must say so
         assert "the low end is used" in text
+
+
+def test_checklist_figures_are_written_out_not_in_exponent_notation():
+    from optimizer.report.offer import figure
+
+    assert figure(1_360_560.0) == "1,360,560"  # the memory check of a big card in MiB ('{:,g}' gave 1.36056e+06)
+    assert figure(25.6) == "25.6" and figure(3350.0) == "3,350"

@@ -5,6 +5,11 @@ from __future__ import annotations
 from optimizer.inputs.schema_plan import Estimate
 
 
+def figure(v: float) -> str:
+    """A measured figure as people write it: 1,360,560 rather than 1.36056e+06; small values as given (25.6)."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:,g}"
+
+
 def renting_lines(est: Estimate) -> list[str]:
     """Spot summary, 'confirm before renting' and 'check after renting' lines of one plan (rich markup-free)."""
     out: list[str] = []
@@ -21,6 +26,6 @@ def renting_lines(est: Estimate) -> list[str]:
         out += [f"  - {line}" for line in est.requirements]
     if est.checklist:
         out.append("Check after renting (stop and re-plan beyond the limit):")
-        out += [f"  - {c.check}: expect {c.expected:,g} {c.unit}; stop if {c.stop_if} ({c.command})"
+        out += [f"  - {c.check}: expect {figure(c.expected)} {c.unit}; stop if {c.stop_if} ({c.command})"
                 for c in est.checklist]  # fmt: skip
     return out

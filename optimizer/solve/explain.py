@@ -28,9 +28,16 @@ from optimizer.inputs.catalog import Catalog, default_offer_files, load_catalog
 from optimizer.inputs.errors import FtoptError, InputError
 from optimizer.inputs.schema import ModelArch, Objective, PlanPins, Scenario
 from optimizer.inputs.schema_catalog import Gpu, Offer
-from optimizer.solve.explain_relax import Option, names_with_plan, single_options, tradeoff, tradeoff_text
+from optimizer.solve.explain_relax import (
+    Option,
+    hours_needed,
+    names_with_plan,
+    single_options,
+    tradeoff,
+    tradeoff_text,
+)
 from optimizer.solve.limits import MONOTONE, REGISTRY, column
-from optimizer.solve.solver import Limits, SolverSettings, seconds, solve
+from optimizer.solve.solver import Limits, SolverSettings, solve
 from optimizer.solve.space import Space, build, card_counts, memory_risk, tp_limit
 
 # Limits field -> the scenario field a user edits to relax it; the allow-lists are the limits not monotone in cost
@@ -230,12 +237,6 @@ def _allowed_gpus(space: Space, limits: Limits, settings: SolverSettings) -> lis
     return names_with_plan(space, limits.without("gpus"), settings, gpu_of)
 
 
-def _hours_needed(space: Space, i: int) -> float:
-    t = space.cand.time  # the deadline is checked at hours + margin (spot: the pessimistic end of its band)
-    need = t["hours"][i : i + 1] + t.get("deadline_margin_hours", np.zeros(len(t["hours"])))[i : i + 1]
-    return float(np.ceil(seconds(need)[0] / 36.0)) / 100.0
-
-
 def _money_needed(space: Space, i: int) -> float:
     return float(column(space, "budget_cents", np.array([i]))[0]) / 100.0
 
@@ -258,7 +259,7 @@ def _budget_deadline(space: Space, objective: Objective, lim: Limits, settings: 
                      f"(budget {budget}); budget_needed = {rel.budget_needed:.2f}")  # fmt: skip
     if fast is not None:
         rel.binding.append(FIELD_OF["deadline_s"])
-        rel.deadline_needed_hours = _hours_needed(space, fast)
+        rel.deadline_needed_hours = hours_needed(space, fast)
         within = f" within the {budget} budget" if has_b else ""
         parts.append(f"deadline too short: the fastest plan{within} takes {rel.deadline_needed_hours:g} h "
                      f"(deadline {deadline}); deadline_needed_hours = {rel.deadline_needed_hours:g}")  # fmt: skip
@@ -269,10 +270,10 @@ def _budget_deadline(space: Space, objective: Objective, lim: Limits, settings: 
         if both is not None:
             rel.binding += [FIELD_OF[n] for n in ("budget_cents", "deadline_s") if getattr(lim, n) is not None]
             rel.budget_needed = _money_needed(space, both) if has_b else None
-            rel.deadline_needed_hours = _hours_needed(space, both) if has_d else None
+            rel.deadline_needed_hours = hours_needed(space, both) if has_d else None
             parts.append(f"budget ({budget}) and deadline ({deadline}) are both too tight for every plan; the "
                          f"{objective.value}-optimal plan without them costs {_money_needed(space, both):,.2f} {cur} "
-                         f"and takes {_hours_needed(space, both):g} h: raise the budget and extend the deadline to "
+                         f"and takes {hours_needed(space, both):g} h: raise the budget and extend the deadline to "
                          "at least these")  # fmt: skip
             if has_b and has_d:
                 rel.tradeoff = tradeoff(space, lim, settings)

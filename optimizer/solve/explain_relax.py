@@ -79,6 +79,14 @@ def _hours(space: Space, i: int) -> float:
     return float(np.ceil(seconds(space.cand.time["hours"][i : i + 1])[0] / 36.0)) / 100.0
 
 
+def hours_needed(space: Space, i: int) -> float:
+    """The deadline in hours (rounded up to 0.01 h) that candidate ``i`` meets.
+
+    The registry's deadline column: its hours plus the margin the solver adds (spot: the band's pessimistic end).
+    """
+    return float(np.ceil(column(space, "deadline_time_s", np.array([i]))[0] / 36.0)) / 100.0
+
+
 def _limit_option(space: Space, limits: Limits, settings: SolverSettings, name: str) -> Option | None:
     """The option for dropping the solver limit ``name`` alone, or None when that alone gives no plan.
 
@@ -94,7 +102,7 @@ def _limit_option(space: Space, limits: Limits, settings: SolverSettings, name: 
         return Option(spec.field, need, spec.words.format(value=f"{need:,.2f} {space.currency}"))
     if spec.relax == "time":
         fast = solve(space, Objective.time, lim, settings).index
-        need = _hours(space, fast if fast is not None else best)
+        need = hours_needed(space, fast if fast is not None else best)
         return Option(spec.field, need, spec.words.format(value=f"{need:g}"))
     if spec.relax == "names":
         have = names_with_plan(space, lim, settings, list(column(space, spec.column)))

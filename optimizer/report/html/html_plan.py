@@ -12,6 +12,7 @@ from typing import Any
 from optimizer.inputs.catalog import load_catalog
 from optimizer.report.html.html_shell import GIB, Cell, bullets, cell, definitions, esc, gib, money, num, section, table
 from optimizer.report.html.html_svg import band, stacked_bar
+from optimizer.report.offer import figure
 from optimizer.report.plan import MEMORY_ROWS, _units, billing_basis
 
 
@@ -80,15 +81,10 @@ def _model_line(m: dict[str, Any]) -> str:
             + (" tied" if m.get("tied_embeddings") else ""))  # fmt: skip
 
 
-def _figure(v: float) -> str:
-    """A measured figure as people write it: 1,360,560 rather than 1.36056e+06; small values as given."""
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:,g}"
-
-
 def checklist_table(items: Sequence[dict[str, Any]]) -> str:
     """The after-renting checks: what, the command, the expected value and when to stop."""
     rows = [[cell(c["check"]), Cell(f"<code>{esc(c['command'])}</code>", c["command"]),
-             cell(f"{_figure(c['expected'])} {c['unit']}", c["expected"]), cell(c["stop_if"])]
+             cell(f"{figure(c['expected'])} {c['unit']}", c["expected"]), cell(c["stop_if"])]
             for c in items]  # fmt: skip
     return table(("check", "command", "expect", "stop and re-plan if"), rows, ident="checklist")
 
