@@ -227,16 +227,28 @@ def _configs(sc: Scenario, arch: ModelArch, offer: Offer, catalog: Catalog):
                     levels = catalog.calibration["frameworks"]["checkpointing"][sc.training.framework.value]
                     for ck in Checkpointing:
                         if _allowed(ck.value, pins.checkpointing) and (pins.checkpointing or ck.value in levels):
-                            yield cards, nodes, tp, dp, zero, off, mb, ck
+                            for shard in _shard_groups(sc, catalog, engine, cards, nodes, tp, dp, zero, off):
+                                yield cards, nodes, tp, dp, zero, off, mb, ck, shard
+
+
+def _shard_groups(sc: Scenario, catalog: Catalog, engine: str, cards: int, nodes: int, tp: int, dp: int, zero: int,
+                  off: Offload) -> list[int]:  # fmt: skip
+    """ZeRO shard groups of one configuration: dp, and one node's ranks where the engine runs hybrid sharding."""
+    groups = [dp]
+    per_node = cards // nodes
+    if (engine in catalog.calibration["frameworks"].get("hybrid_shard", []) and nodes > 1 and tp == 1 and zero == 3
+            and off is Offload.none and per_node < dp):  # fmt: skip
+        groups.append(per_node)
+    return [g for g in groups if _allowed(g, sc.plan.shard_group)]
 
 
 def _one_row(sc: Scenario, tp: int, dp: int, zero: int, off: Offload, mb: int, ck: Checkpointing,
-             prec: Precision) -> Configs:  # fmt: skip
+             prec: Precision, shard: int) -> Configs:  # fmt: skip
     return Configs(tp=column(tp), pp=column(1), dp=column(dp), zero_stage=column(zero),
                    offload=column(OFFLOAD.index(off)), micro_batch=column(mb),
                    grad_accum=column(sc.global_batch // (dp * mb)), checkpointing=column(CHECKPOINTING.index(ck)),
                    precision=column(PRECISION.index(prec)),
-                   optimizer=column(OPTIMIZER.index(sc.training.optimizer)))  # fmt: skip
+                   optimizer=column(OPTIMIZER.index(sc.training.optimizer)), shard=column(shard))  # fmt: skip
 
 
 def _stacked(rows: list[Any]) -> Any:
@@ -301,13 +313,13 @@ def oracle_points(sc: Scenario, catalog: Catalog, arch: ModelArch, currency: str
         if prec is Precision.fp16 and arch.torch_dtype == "bfloat16" and not sc.allow.fp16_for_bf16:
             continue  # a bf16-published model is not trained in fp16 unless allowed (docs/precision.md)
         hw_cache: dict[tuple[int, int], Any] = {}
-        for cards, nodes, tp, dp, zero, off, mb, ck in _configs(sc, arch, offer, catalog):
+        for cards, nodes, tp, dp, zero, off, mb, ck, shard in _configs(sc, arch, offer, catalog):
             if nodes > offer.max_nodes:
                 continue
             if (cards, nodes) not in hw_cache:
                 hw_cache[(cards, nodes)] = hardware_of(gpu, offer, cards, nodes, prec, cal["timing"])
             rows.append((offer, cards, nodes))
-            cfgs.append(_one_row(sc, tp, dp, zero, off, mb, ck, prec))
+            cfgs.append(_one_row(sc, tp, dp, zero, off, mb, ck, prec, shard))
             hws.append(hw_cache[(cards, nodes)])
     mem, offload, hours = _evaluate(job, cfgs, hws, cal, rows)
     points: list[Point] = []

@@ -563,6 +563,12 @@ class PlanPins(Strict):
     pp: Int | None = Field(None, gt=0, le=1024, description="pipeline-parallel degree")
     dp: Int | None = Field(None, gt=0, le=100_000, description="data-parallel degree")
     zero_stage: Int | None = Field(None, ge=0, le=3, description="ZeRO stage 0-3 (FSDP full shard = 3)")
+    shard_group: Int | None = Field(
+        None, gt=0, le=100_000,
+        description="data-parallel ranks one ZeRO-3 shard spans: dp = full sharding; the ranks of one node = hybrid "
+        "sharding (HSDP: sharded inside each node, replicated across nodes; engines in calibration "
+        "frameworks.hybrid_shard); solver output: present only on hybrid plans",
+    )
     offload: Offload | None = Field(None, description="what moves to host RAM")
     micro_batch: Int | None = Field(None, gt=0, le=100_000, description="sequences per GPU per forward pass")
     grad_accum: Int | None = Field(

@@ -24,6 +24,7 @@ class Plan(Strict):
     dp: int
     virtual_pipeline: int = 1  # interleaved model chunks per pipeline stage (models/pipeline.py)
     zero_stage: int
+    shard_group: int | None = None  # hybrid sharding: the ranks one shard spans (None: full sharding over dp)
     offload: Offload
     micro_batch: int
     grad_accum: int

@@ -84,6 +84,9 @@ def axolotl_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
     elif uses_fsdp(scenario, plan):
         cfg["fsdp_version"] = 2
         cfg["fsdp_config"] = fsdp_config(scenario, plan)
+        if plan.shard_group is not None:  # hybrid sharding (HSDP): FSDP inside the group, DDP across the groups
+            cfg["dp_shard_size"] = plan.shard_group  # Axolotl >= 0.12 docs/nd_parallelism.qmd "HSDP"
+            cfg["dp_replicate_size"] = plan.dp // plan.shard_group
     if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
         cfg["optimizer"] = HF_OPTIM[plan.optimizer]
     return cfg

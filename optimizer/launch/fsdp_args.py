@@ -19,15 +19,19 @@ SHARDING_STRATEGY = {3: "FULL_SHARD", 2: "SHARD_GRAD_OP", 1: "SHARD_GRAD_OP", 0:
 def fsdp_plugin(scenario: Scenario, plan: Plan) -> dict[str, Any]:
     """The accelerate ``fsdp_config`` keys (FSDP1).
 
-    FULL_SHARD for ZeRO-3, SHARD_GRAD_OP for ZeRO-1/2; FSDP offloads parameters, gradients and optimizer together or
-    nothing (accelerate concept_guides/fsdp_and_deepspeed.md).
+    FULL_SHARD for ZeRO-3, SHARD_GRAD_OP for ZeRO-1/2, HYBRID_SHARD for a hybrid plan (``shard_group``: full
+    sharding inside each node, replication across nodes; torch FSDP1 builds the two process groups from the node
+    size); FSDP offloads parameters, gradients and optimizer together or nothing (accelerate
+    concept_guides/fsdp_and_deepspeed.md).
     """
     full = scenario.method is Method.full
     return {
         # fsdp_sharding_strategy and fsdp_use_orig_params exist in FSDP1 only (fsdp1_vs_fsdp2.md); the launcher
         # defaults to 1 today, pinned so that a changed default cannot drop them
         "fsdp_version": 1,
-        "fsdp_sharding_strategy": SHARDING_STRATEGY[plan.zero_stage],
+        "fsdp_sharding_strategy": (
+            "HYBRID_SHARD" if plan.shard_group is not None else SHARDING_STRATEGY[plan.zero_stage]
+        ),
         "fsdp_offload_params": plan.offload is not Offload.none,
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
         "fsdp_activation_checkpointing": full and plan.checkpointing is not Checkpointing.none,

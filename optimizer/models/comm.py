@@ -110,17 +110,33 @@ def zero_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]
     width B_w: 2 (d-1)/d x B_w P / (t p). ZeRO-3 / FSDP gathers every micro-batch (formulas.md Part II section 3.2:
     1.5 x DDP; LoRA gathers the frozen base). Latency: one collective per layer for each of the three, each
     (d-1) alpha (FSDP wraps each decoder layer; DeepSpeed fetches per module). Bandwidth: :func:`zero_bandwidth`.
+
+    Hybrid sharding (HSDP, ``cfg.shard`` ranks per shard group below d; torch FSDP ShardingStrategy.HYBRID_SHARD:
+    full sharding inside each node, replication across nodes): the three collectives run over the s ranks of the
+    group, inside one node (d := s, intra-node link, intra-node latency), and each rank's reduced gradient shard,
+    2 P_train / (t p s) bytes, is then all-reduced with the r = d / s replicas holding the same shard (FSDP's
+    post-backward hook all-reduces across the replicate group after the reduce-scatter):
+    2 (r-1)/r x 2 P_train / (t p s) / B_rep, where the node's s ranks run s such rings side by side over its NICs,
+    B_rep = min(intra, inter / s), plus one all-reduce latency per layer over r ranks on r nodes.
     """
     a = job.arch
     split = (cfg.tp * cfg.pp).astype(np.float64)
-    bw = zero_bandwidth(job, cfg, hw, consts)
+    hybrid = cfg.hybrid
+    shard = cfg.shard_ranks
+    bw = np.where(hybrid, hw.intra_bytes_per_s, zero_bandwidth(job, cfg, hw, consts))
     grads = 2.0 * trainable_params(job) / split
     base_bytes = 2.0 if job.base_bits == 16 else job.base_bits / 8.0
-    scatter = np.where(cfg.zero_stage >= 2, ring(cfg.dp, 1.0) * grads / bw, 0.0)
-    gather = np.where(cfg.zero_stage >= 3, ring(cfg.dp, 2.0) * base_bytes * a.total_params / split / bw, 0.0)
+    scatter = np.where(cfg.zero_stage >= 2, ring(shard, 1.0) * grads / bw, 0.0)
+    gather = np.where(cfg.zero_stage >= 3, ring(shard, 2.0) * base_bytes * a.total_params / split / bw, 0.0)
     layers = a.layers / cfg.pp.astype(np.float64)
     calls = np.where(cfg.zero_stage >= 3, 3.0, np.where(cfg.zero_stage >= 2, 1.0, 0.0)) * layers
-    return scatter + gather + calls * ring_latency(cfg.dp, dp_nodes(cfg, hw), 1.0, consts)
+    nodes = np.where(hybrid, 1, dp_nodes(cfg, hw))
+    own = scatter + gather + calls * ring_latency(shard, nodes, 1.0, consts)
+    replicas = cfg.dp // np.maximum(shard, 1)
+    rep_bw = np.minimum(hw.intra_bytes_per_s, hw.inter_bytes_per_s / np.maximum(shard, 1).astype(np.float64))
+    replicate = ring(replicas, 2.0) * grads / shard.astype(np.float64) / rep_bw
+    replicate = replicate + layers * allreduce_latency(replicas, replicas, consts)
+    return own + np.where(hybrid & (cfg.zero_stage >= 2), replicate, 0.0)
 
 
 def dp_sync_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:

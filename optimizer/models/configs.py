@@ -73,18 +73,32 @@ class Configs:
     checkpointing: np.ndarray  # code into CHECKPOINTING
     precision: np.ndarray  # code into PRECISION
     optimizer: np.ndarray  # code into OPTIMIZER
+    # ranks one ZeRO shard spans: dp (full sharding), or the ranks of one node under hybrid sharding (HSDP: sharded
+    # inside each node, replicated across nodes); None means dp on every row
+    shard: np.ndarray | None = None
 
     @property
     def cards(self) -> np.ndarray:
         """GPUs in the job: tp x pp x dp."""
         return self.tp * self.pp * self.dp
 
+    @property
+    def shard_ranks(self) -> np.ndarray:
+        """Data-parallel ranks a ZeRO partition is split over, (n,): dp, or the shard group under hybrid sharding."""
+        return self.dp if self.shard is None else self.shard
+
+    @property
+    def hybrid(self) -> np.ndarray:
+        """Rows sharded inside a group smaller than dp and replicated across groups (HSDP), bool (n,)."""
+        return self.shard_ranks < self.dp
+
     def __len__(self) -> int:
         return int(self.tp.shape[0])
 
     def take(self, index: np.ndarray) -> Configs:
         """The rows selected by a boolean mask or an index array."""
-        return Configs(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        return Configs(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[index]
+                          for f in fields(self)})  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,7 @@ class Capabilities:
     optimizers: tuple[str, ...] | None = None
     in_backward: tuple[str, ...] = ()
     offload_needs_checkpointing: bool = False
+    hybrid_shard: bool = False  # shards inside each node and replicates across nodes (``hybrid_shard``)
 
     def allows_tp(self, tp: int) -> bool:
         """Whether the engine runs this tensor-parallel degree."""
@@ -136,6 +137,7 @@ def capabilities(scenario: Scenario, catalog: Catalog) -> Capabilities:
         optimizers=tuple(optimizers) if optimizers is not None else None,
         in_backward=tuple(in_bwd),
         offload_needs_checkpointing=key in needs,
+        hybrid_shard=key in catalog.calibration.get("frameworks", {}).get("hybrid_shard", []),
     )
 
 

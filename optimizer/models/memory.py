@@ -185,7 +185,7 @@ def weight_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
     """
     split = _model_split(cfg)
     z3 = cfg.zero_stage >= 3
-    shard = np.where(z3, cfg.dp, 1).astype(np.float64)
+    shard = np.where(z3, cfg.shard_ranks, 1).astype(np.float64)
     per_param = _state_bytes(job, cfg, consts)["weight"]
     trained = trainable_params(job) * per_param
     if job.method is Method.full:
@@ -236,7 +236,7 @@ def gradient_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndar
     module's gradients, min(P_train, P_ll) x g16 / (t p), are held (formulas.md section 8, "G ~ 0").
     """
     split = _model_split(cfg)
-    n = cfg.dp.astype(np.float64)
+    n = cfg.shard_ranks.astype(np.float64)
     b = _state_bytes(job, cfg, consts)
     ds = _uses_deepspeed(job, cfg)
     f16 = np.select([cfg.zero_stage <= 1, cfg.zero_stage == 2, ds], [1.0, 1.0 / n, 0.0], 1.0 / n)
@@ -262,7 +262,7 @@ def optimizer_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.nda
     still counted because they occupy the card until the driver pages them out.
     """
     split = _model_split(cfg)
-    shard = np.where(cfg.zero_stage >= 1, cfg.dp, 1).astype(np.float64)
+    shard = np.where(cfg.zero_stage >= 1, cfg.shard_ranks, 1).astype(np.float64)
     b = _state_bytes(job, cfg, consts)
     states = trainable_params(job) * (b["master"] + b["moments"]) / split / shard
     return _i64(np.where((cfg.offload != _NONE) & (cfg.zero_stage >= 1), 0.0, states))

@@ -200,7 +200,7 @@ def comm_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]
 def _optimizer_shard(job: Job, cfg: Configs) -> np.ndarray:
     """Trainable parameters whose optimizer state one rank keeps, (n,): P_train / (t p), / d under ZeRO >= 1."""
     split = (cfg.tp * cfg.pp).astype(np.float64)
-    shard = np.where(cfg.zero_stage >= 1, cfg.dp, 1).astype(np.float64)
+    shard = np.where(cfg.zero_stage >= 1, cfg.shard_ranks, 1).astype(np.float64)
     return trainable_params(job) / split / shard
 
 
@@ -252,7 +252,7 @@ def param_offload_seconds(job: Job, cfg: Configs, hw: Hardware) -> np.ndarray:
     prefetch path ahead of its all-gather, so :func:`step_seconds` queues it with the ZeRO collectives.
     """
     base_bytes = 2.0 if job.base_bits == 16 else job.base_bits / 8.0
-    local = job.arch.total_params / (cfg.tp * cfg.pp * cfg.dp).astype(np.float64)
+    local = job.arch.total_params / (cfg.tp * cfg.pp * cfg.shard_ranks).astype(np.float64)
     return np.where(cfg.offload == _ALL, 2.0 * base_bytes * local / hw.pcie_bytes_per_s, 0.0)
 
 

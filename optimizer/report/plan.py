@@ -120,7 +120,10 @@ def _plan_line(est: Estimate) -> str:
         f"{rented_units(p.cards, p.gpu, est.offer)} ({p.nodes} node{'s' if p.nodes > 1 else ''}, offer {p.offer}); "
         f"tp={p.tp} pp={p.pp}"
         + (f" (interleaved, {p.virtual_pipeline} chunks per stage)" if p.virtual_pipeline > 1 else "")
-        + f" dp={p.dp}; ZeRO-{p.zero_stage} offload={p.offload.value}; micro_batch={p.micro_batch} "
+        + f" dp={p.dp}; ZeRO-{p.zero_stage}"
+        + (f" hybrid (sharded over the {p.shard_group} ranks of each node, {p.dp // p.shard_group} replicas)"
+           if p.shard_group is not None else "")  # fmt: skip
+        + f" offload={p.offload.value}; micro_batch={p.micro_batch} "
         f"grad_accum={p.grad_accum}; {p.precision.value}; {p.optimizer.value}; checkpointing={p.checkpointing.value}"
         + (f"; attention={p.attention.value}" if p.attention else "")
     )

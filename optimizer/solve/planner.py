@@ -136,6 +136,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         dp=int(c.cfg.dp[i]),
         virtual_pipeline=int(c.time["pipeline_chunks"][i]),
         zero_stage=int(c.cfg.zero_stage[i]),
+        shard_group=int(c.cfg.shard_ranks[i]) if bool(c.cfg.hybrid[i]) else None,
         offload=OFFLOAD[int(c.cfg.offload[i])],
         micro_batch=int(c.cfg.micro_batch[i]),
         grad_accum=int(c.cfg.grad_accum[i]),

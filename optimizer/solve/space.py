@@ -500,8 +500,44 @@ def enumerate_all(
         grad_accum=job.global_batch // np.maximum(rows[:, 5] * m, 1), checkpointing=ck, precision=prec,
         optimizer=column(np.full(len(li), optimizer_code)),
     )  # fmt: skip
+    pin = scenario.plan.shard_group
+    if pin is not None and not replay and not cap.hybrid_shard and pin != scenario.plan.dp:
+        raise InputError(source, "plan.shard_group", f"hybrid sharding (a shard group below dp) does not run under "
+                         f"{cap.engine}; engines with it: {', '.join(hybrid_engines(catalog)) or 'none'}; "
+                         "leave shard_group out for full sharding")  # fmt: skip
+    cfg, rows = with_hybrid_shard(cfg, rows, pin, (pin is not None) if replay else cap.hybrid_shard)
     ev = evaluate(job, scenario, catalog, offers, gpus, rows[:, 0], rows[:, 1], rows[:, 2], cfg)
     return job, offers, gpus, ev
+
+
+def hybrid_engines(catalog: Catalog) -> list[str]:
+    """Engines that run hybrid sharding (calibration ``frameworks.hybrid_shard``)."""
+    return list(catalog.calibration.get("frameworks", {}).get("hybrid_shard", []))
+
+
+def with_hybrid_shard(cfg: Configs, rows: np.ndarray, pin: int | None, engine_can: bool) -> tuple[Configs, np.ndarray]:
+    """The configurations with their ZeRO shard group: dp (full sharding), and hybrid copies where the engine can.
+
+    A hybrid copy (HSDP) of a multi-node, tp = pp = 1, ZeRO-3 row without offloading shards over the ranks of one
+    node (cards / nodes) and replicates across nodes; optimizer/models/comm.py and memory.py price it. A pinned
+    ``shard_group`` keeps only the rows whose group equals it (dp: full sharding only).
+    """
+    shard = cfg.dp.copy()
+    per_node = rows[:, 1] // np.maximum(rows[:, 2], 1)
+    can = (engine_can & (rows[:, 2] > 1) & (cfg.tp * cfg.pp == 1) & (cfg.zero_stage == 3)
+           & (cfg.offload == OFFLOAD.index(Offload.none)) & (per_node < cfg.dp))  # fmt: skip
+    extra = np.flatnonzero(can)
+    if extra.size:
+        cfg = Configs(**{f.name: np.concatenate([getattr(cfg, f.name), getattr(cfg, f.name)[extra]])
+                         for f in dataclasses.fields(cfg) if f.name != "shard"},  # fmt: skip
+                      shard=np.concatenate([shard, per_node[extra]]))
+        rows = np.concatenate([rows, rows[extra]])
+    else:
+        cfg = dataclasses.replace(cfg, shard=shard)
+    if pin is not None:
+        keep = cfg.shard_ranks == pin
+        cfg, rows = cfg.take(keep), rows[keep]
+    return cfg, rows
 
 
 def prune(ev: Evaluated) -> np.ndarray:

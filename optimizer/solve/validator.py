@@ -91,6 +91,7 @@ def config_of(plan: Plan) -> Configs:
         offload=column(OFFLOAD.index(plan.offload)), micro_batch=column(plan.micro_batch),
         grad_accum=column(plan.grad_accum), checkpointing=column(CHECKPOINTING.index(plan.checkpointing)),
         precision=column(PRECISION.index(plan.precision)), optimizer=column(OPTIMIZER.index(plan.optimizer)),
+        shard=column(plan.shard_group if plan.shard_group is not None else plan.dp),
     )  # fmt: skip
 
 
