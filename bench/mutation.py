@@ -81,10 +81,18 @@ PIPE_TESTS = ["tests/test_timing_structure.py", "tests/test_pipeline_interleavin
 EXPLAIN_TESTS = ["tests/test_explain_relax.py", "tests/test_infeasible.py"]
 
 MUTATIONS: list[Mutation] = [
+    # ---- hybrid sharding (HSDP)
+    _m("comm-hsdp-replicate-dropped", "timing", COMM,
+       r"return own \+ np\.where\(hybrid & \(cfg\.zero_stage >= 2\), replicate, 0\.0\)", "return own",
+       ["tests/test_hybrid_shard.py"], "the cross-node all-reduce of a hybrid plan's gradient shard forgotten"),
+    _m("memory-hsdp-shard-ignored", "memory", MEM, r"n = cfg\.shard_ranks\.astype\(np\.float64\)",
+       "n = cfg.dp.astype(np.float64)", ["tests/test_hybrid_shard.py"],
+       "a hybrid plan's gradients sharded over every rank instead of the node's"),
     # ---- memory: model states
-    _m("memory-zero1-optimizer-not-sharded", "memory", MEM, r"shard = np\.where\(cfg\.zero_stage >= 1, cfg\.dp, 1\)",
+    _m("memory-zero1-optimizer-not-sharded", "memory", MEM,
+       r"shard = np\.where\(cfg\.zero_stage >= 1, cfg\.shard_ranks, 1\)",
        "shard = np.where(cfg.zero_stage >= 1, 1, 1)", MEMORY_TESTS, "ZeRO sharding of optimizer states dropped"),
-    _m("memory-zero3-weights-not-sharded", "memory", MEM, r"shard = np\.where\(z3, cfg\.dp, 1\)",
+    _m("memory-zero3-weights-not-sharded", "memory", MEM, r"shard = np\.where\(z3, cfg\.shard_ranks, 1\)",
        "shard = np.where(z3, 1, 1)", MEMORY_TESTS, "ZeRO-3 parameter sharding dropped"),
     _m("memory-master-2-bytes", "memory", MEM, r'_field\(job, cfg, consts, pre \+ "master_bytes"\)',
        '0.5 * _field(job, cfg, consts, pre + "master_bytes")', MEMORY_TESTS, "fp32 master weights counted at 2 B"),
@@ -142,8 +150,8 @@ MUTATIONS: list[Mutation] = [
     # ---- timing (patterns follow the current timing.py; a rewrite shows up as skips)
     _m("timing-bubble-removed", "timing", TIM, r"return \(cfg\.pp - 1\) / \(v \* m\)", "return 0.0 * m", TIMING_TESTS,
        "1F1B pipeline bubble removed"),
-    _m("timing-allgather-doubled", "timing", COMM, r"gather = np\.where\(cfg\.zero_stage >= 3, ring\(cfg\.dp, 2\.0\)",
-       "gather = np.where(cfg.zero_stage >= 3, ring(cfg.dp, 4.0)", TIMING_TESTS, "ZeRO-3 all-gather volume doubled"),
+    _m("timing-allgather-doubled", "timing", COMM, r"gather = np\.where\(cfg\.zero_stage >= 3, ring\(shard, 2\.0\)",
+       "gather = np.where(cfg.zero_stage >= 3, ring(shard, 4.0)", TIMING_TESTS, "ZeRO-3 all-gather volume doubled"),
     _m("timing-ddp-allreduce-halved", "timing", COMM, r"volume = ring\(cfg\.dp, 2\.0\) \* grads",
        "volume = ring(cfg.dp, 1.0) * grads", TIMING_TESTS, "DDP all-reduce factor 2(d-1)/d halved"),
     _m("timing-final-save-dropped", "timing", TIM, r"saves = np\.floor\(train_s / 3600\.0 / every_h\) \+ 1\.0",
@@ -299,8 +307,13 @@ MUTATIONS: list[Mutation] = [
        PIPE_TESTS, "interleaved chunks on a step whose micro-batches Megatron refuses (not a multiple of pp)"),
     # ---- explanations
     _m("relax-deadline-from-cheapest-plan", "explain", "optimizer/solve/explain_relax.py",
-       r"need = _hours\(space, fast if fast is not None else best\)", "need = _hours(space, best)", EXPLAIN_TESTS,
+       r"need = hours_needed\(space, fast if fast is not None else best\)",
+       "need = hours_needed(space, best)", EXPLAIN_TESTS,
        "the deadline relaxation read from the cheapest plan instead of the fastest"),
+    _m("relax-deadline-without-spot-margin", "explain", "optimizer/solve/explain_relax.py",
+       r'return float\(np\.ceil\(column\(space, "deadline_time_s", np\.array\(\[i\]\)\)\[0\] / 36\.0\)\) / 100\.0',
+       "return _hours(space, i)", ["tests/test_spot.py"],
+       "the deadline an explanation lists forgets the spot plan's pessimistic margin the solver checks"),
 ]
 
 
