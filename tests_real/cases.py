@@ -84,6 +84,8 @@ def _variants() -> dict[str, dict[str, Any]]:
     out["fsdp-1gpu"] = _variant("hf_fsdp", "lora", cards=1, **_H100_CARD, zero_stage=3, offload="none")
     out["fsdp-fp16"] = _variant("hf_fsdp", zero_stage=3, offload="none", precision="fp16", **_A100)
     out["fsdp-2nodes"] = _variant("hf_fsdp", cards=16, zero_stage=3, offload="none")
+    # hybrid sharding (HSDP): accelerate HYBRID_SHARD, Axolotl dp_shard_size / dp_replicate_size
+    out["fsdp-2nodes-hybrid"] = _variant("hf_fsdp", cards=16, zero_stage=3, offload="none", shard_group=8)
     out["tt-full-z3"] = _variant("torchtune", zero_stage=3, offload="none")
     out["tt-full-z2"] = _variant("torchtune", zero_stage=2, offload="none")
     out["tt-full-offload"] = _variant("torchtune", zero_stage=3, offload="all")
