@@ -155,7 +155,7 @@ MUTATIONS: list[Mutation] = [
        "saves = np.floor(train_s / 3600.0 / every_h)", TIMING_TESTS, "final checkpoint save not counted"),
     _m("timing-startup-dropped", "timing", TIM, r' \+ float\(consts\["startup_seconds"\]\)', "", TIMING_TESTS,
        "start-up time forgotten"),
-    _m("timing-recompute-flops-dropped", "timing", TIM, r"_CK_FULL, 2\.0 \* n, 0\.0\)", "_CK_FULL, 0.0 * n, 0.0)",
+    _m("timing-recompute-flops-dropped", "timing", TIM, r"\[full, sel\], \[2\.0 \* n, ", "[full, sel], [0.0 * n, ",
        TIMING_TESTS, "full recomputation's extra forward not counted"),
     _m("timing-dequant-passes", "timing", TIM, r"passes = np\.where\(cfg\.checkpointing == _CK_FULL, 3\.0, 2\.0\)",
        "passes = np.where(cfg.checkpointing == _CK_FULL, 2.0, 2.0)", TIMING_TESTS, "recomputation's dequantisation"),
