@@ -48,6 +48,33 @@ def test_selective_checkpointing_recomputes_attention_core_only(catalog):
     )
 
 
+def test_op_selective_checkpointing_recomputes_every_other_block_matmul(catalog):
+    # torchtitan's per-op policy recomputes k, o and up of each block and keeps the SDPA output. TOY: h_kv = h_q = 64
+    # (4 heads of 16), I = 128: 2 L h (h_kv + h_q + I) = 2 x 2 x 64 x (64 + 64 + 128) = 65,536 dense, no attention.
+    job, cfg, _, k = timing_inputs(catalog, model=TOY, method="full", lora=None, seq_len=256, checkpointing="selective")
+    assert timing.selective_recompute(job, k) == "every_other_matmul"  # the hf engine (FSDP2, as torchtitan runs it)
+    dense, attn = timing.flops_per_token_parts(job, cfg, timing.selective_recompute(job, k))
+    none_cfg = timing_inputs(catalog, model=TOY, method="full", lora=None, seq_len=256)[1]
+    dense0, attn0 = timing.flops_per_token_parts(job, none_cfg)
+    assert dense[0] - dense0[0] == pytest.approx(65_536, rel=REL)
+    assert attn[0] == pytest.approx(attn0[0], rel=REL)
+    # Llama-3.1-8B (L 32, h 4096, h_kv 8 x 128 = 1024, I 14336): 2 x 32 x 4096 x (1024 + 4096 + 14336)
+    # = 262,144 x 19,456 = 5,100,273,664 FLOPs per token, a third of the 2N = 15.0e9 a full recomputation adds.
+    llama = {"name": "l8", "layers": 32, "hidden": 4096, "intermediate": 14336, "heads": 32, "kv_heads": 8,
+             "vocab": 128256, "tied_embeddings": False}  # fmt: skip
+    job8, *_ = timing_inputs(catalog, model=llama, method="full", lora=None)
+    assert timing.every_other_matmul_flops(job8) == pytest.approx(5_100_273_664, rel=REL)
+
+
+def test_megatron_selective_checkpointing_keeps_attention_core_recompute(catalog):
+    # nemo (Megatron-Core recompute_granularity selective): + 4 L h s = 4 x 2 x 64 x 256 = 131,072 attention, no dense
+    job, cfg, _, k = timing_inputs(catalog, model=TOY, method="full", lora=None, seq_len=256, checkpointing="selective",
+                                   training={"framework": "nemo", "optimizer": "adamw", "attention": "flash"})
+    dense, attn = timing.flops_per_token_parts(job, cfg, timing.selective_recompute(job, k))
+    assert attn[0] - 3 * 131_072 == pytest.approx(131_072, rel=REL)
+    assert dense[0] == pytest.approx(6 * (job.arch.total_params - 100 * 64), rel=REL)
+
+
 def test_zero3_moves_one_and_a_half_times_the_ddp_volume(catalog):
     # formulas.md Part II 3.2 worked check: 10B bf16 under ZeRO-3 sends 60 GB per step, DDP 40 GB (n -> infinity);
     # here with the ring factor (n-1)/n for n = 8, per micro-batch and gradient accumulation 1.

@@ -64,19 +64,46 @@ def model_flops_per_token(job: Job) -> float:
     return dense + attn
 
 
-def flops_per_token_parts(job: Job, cfg: Configs) -> tuple[np.ndarray, np.ndarray]:
+def every_other_matmul_flops(job: Job) -> float:
+    """Forward FLOPs per token of the matmuls per-op selective checkpointing recomputes, FLOP/token.
+
+    torchtitan's op policy (pytorch/torchtitan parallelize_llama.py, ``_get_custom_policy``) saves the output of every
+    compute op of a block except every second matmul: of the block's projections in forward order q, k, v, o, gate
+    (w1), up (w3), down (w2) it recomputes k, o and up, 2 L (h h_kv + h_q h + h I) with I the active MLP width.
+    """
+    a = job.arch
+    return 2.0 * a.layers * a.hidden * (a.kv_width + a.q_width + a.active_width)
+
+
+def flops_per_token_parts(job: Job, cfg: Configs,
+                          selective: str = "attention_core") -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Executed FLOPs per token split into (dense GEMMs, attention core), (n,) each, recomputation included.
 
-    dense: 6N (full) or 4N (frozen base), + 2N with full recomputation; attention: 12 L h s, + 4 L h s with full or
-    selective recomputation (selective recomputes the attention core only; Korthikanti et al. 2022, arXiv
-    2205.05198, section 5; llm-foundry HFU = 4/3 MFU).
+    dense: 6N (full) or 4N (frozen base), + 2N with full recomputation; attention: 12 L h s, + 4 L h s with full
+    recomputation. Selective recomputation depends on the engine (``selective_recompute``): ``attention_core``
+    recomputes the attention core only, + 4 L h s (Megatron; Korthikanti et al. 2022, arXiv 2205.05198, section 5;
+    llm-foundry HFU = 4/3 MFU); ``every_other_matmul`` (torchtitan's per-op policy) keeps the SDPA output and
+    recomputes every second matmul of each block, + :func:`every_other_matmul_flops` dense and no attention.
     """
     a = job.arch
     n = matmul_params(job)
     fwd_attn = 4.0 * a.layers * a.hidden * job.seq_len
-    dense = (6.0 if job.method is Method.full else 4.0) * n + np.where(cfg.checkpointing == _CK_FULL, 2.0 * n, 0.0)
-    attn = 3.0 * fwd_attn + np.where(cfg.checkpointing == _CK_NONE, 0.0, fwd_attn)
+    op_policy = selective == "every_other_matmul"
+    sel_dense = every_other_matmul_flops(job) if op_policy else 0.0
+    full, sel = cfg.checkpointing == _CK_FULL, cfg.checkpointing == _CK_SEL
+    recompute_dense = np.select([full, sel], [2.0 * n, sel_dense], 0.0)
+    dense = (6.0 if job.method is Method.full else 4.0) * n + recompute_dense
+    attn_recomputed = full | (sel & (not op_policy))
+    attn = 3.0 * fwd_attn + np.where(attn_recomputed, fwd_attn, 0.0)
     return dense, attn
+
+
+def selective_recompute(job: Job, consts: Mapping[str, Any]) -> str:
+    """What the job's engine recomputes under selective checkpointing (``selective_recompute``).
+
+    Default: the attention core.
+    """
+    return str(consts.get("selective_recompute", {}).get(job.framework.value, "attention_core"))
 
 
 def executed_attention_share(job: Job, consts: Mapping[str, Any]) -> float:
@@ -88,9 +115,9 @@ def executed_attention_share(job: Job, consts: Mapping[str, Any]) -> float:
     return 1.0 if job.attention is Attention.eager else float(consts["causal_attention_share"])
 
 
-def hardware_flops_per_token(job: Job, cfg: Configs) -> np.ndarray:
+def hardware_flops_per_token(job: Job, cfg: Configs, selective: str = "attention_core") -> np.ndarray:
     """FLOPs executed per token, (n,): model FLOPs plus recomputation (the sum of :func:`flops_per_token_parts`)."""
-    dense, attn = flops_per_token_parts(job, cfg)
+    dense, attn = flops_per_token_parts(job, cfg, selective)
     return dense + attn
 
 
@@ -154,7 +181,7 @@ def compute_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, A
     a = job.arch
     tokens = (cfg.micro_batch * job.seq_len).astype(np.float64)
     split = (cfg.tp * cfg.pp).astype(np.float64)
-    dense, attn = flops_per_token_parts(job, cfg)
+    dense, attn = flops_per_token_parts(job, cfg, selective_recompute(job, consts))
     by_precision = np.array([float(consts["precision_factor"][p.value]) for p in PRECISION])
     eta = compute_efficiency(job, cfg, hw, consts)
     fp8 = cfg.precision == _FP8
