@@ -29,6 +29,8 @@ CASES = [c for f in loso.CASE_FILES for c in yaml.safe_load(f.read_text())["case
 # Sources whose LOSO median is beyond 25%, and why (docs/time-model.md section 3).
 KNOWN_MISSES = {
     "zero-offload": "the only Volta case: its efficiency falls back to the shared prior",
+    "peft-mmq": "the only L40S cases: left out, the L40S takes the Ada figure fitted on RTX 4090 / A6000 runs, and the "
+                "card reaches less of its datasheet peak than they do (the reason it has its own fitted figure)",
 }
 
 
@@ -75,6 +77,8 @@ def test_fitted_constants_are_those_of_the_fit(cases, consts):
     fitted = loso.fit([c for c in cases if c.fit], consts)
     for path, _ in loso.FIT:
         assert loso._get(consts, path) == pytest.approx(loso._get(fitted, path), abs=2e-3), path
+    for gpu in loso.GPU_FIT:
+        assert consts["efficiency_gpu"][gpu] == pytest.approx(fitted["efficiency_gpu"][gpu], abs=2e-3), gpu
     for arch in loso.DERIVED_ARCH:
         assert consts["efficiency"][arch] == pytest.approx(fitted["efficiency"][arch], abs=2e-3), arch
 

@@ -161,3 +161,11 @@ def test_tensor_parallel_is_cheaper_per_gpu_than_before_on_nvlink(catalog):
                          **FULL)  # fmt: skip
     seconds = timing.compute_seconds(*args)
     assert seconds[1] * 8 < 1.2 * seconds[0]  # tp 8 splits the work 8 ways at nearly the same efficiency
+
+
+def test_a_card_with_its_own_efficiency_uses_it_and_its_siblings_keep_the_architectures(catalog):
+    # calibration timing.efficiency_gpu: the L40S (Ada) has its own fitted figure; the RTX 4090 (Ada) keeps ada's
+    _, _, l40s, k = timing_inputs(catalog, "L40S", 1)
+    _, _, rtx, _ = timing_inputs(catalog, "RTX-4090", 1)
+    assert l40s.efficiency[0] == k["efficiency_gpu"]["L40S"] and rtx.efficiency[0] == k["efficiency"]["ada"]
+    assert k["efficiency_gpu"]["L40S"] < k["efficiency"]["ada"]  # the PEFT L40S runs are slower than Ada's figure

@@ -372,7 +372,8 @@ def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards:
         p2p[o], pcie[o] * link["pcie"], pcie[o] * link["host"] / np.maximum(per_node_cards, 1.0)
     )  # fmt: skip
     nic = np.array([(of.inter_node_gb_per_s or 0.0) * 1e9 * link["network"] for of in offers])
-    eff = np.array([float(consts["efficiency"][g.arch]) for g in gpus])
+    by_gpu = consts.get("efficiency_gpu", {})  # a GPU with its own fitted figure, else its architecture's
+    eff = np.array([float(by_gpu.get(g.id, consts["efficiency"][g.arch])) for g in gpus])
     attn = consts.get("attention_efficiency", {})
     att = np.array([[float(attn.get(g.arch, {}).get(k, np.nan)) for k in ("fa2", "fused")] for g in gpus])
     att = att.reshape(-1, 2)
