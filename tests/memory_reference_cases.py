@@ -28,7 +28,8 @@ from typing import Any
 import yaml
 
 from optimizer.inputs.catalog import Catalog, load_catalog, load_scenario, resolve_model
-from optimizer.models import memory
+from optimizer.models import coverage, memory
+from optimizer.models.configs import OFFLOAD
 from optimizer.solve.space import enumerate_all
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "reference" / "memory_cases.yaml"  # published cases with sources
@@ -185,6 +186,7 @@ class CaseResult:
     fits: bool  # the model's own verdict: total <= capacity x (1 - headroom)
     parts: dict[str, int]
     source: str = ""  # the repository (owner/name) or organisation the case comes from: :func:`source_of`
+    cell: str = ""  # the plan's coverage cell (optimizer/models/coverage.py)
 
     @property
     def error(self) -> float:
@@ -267,10 +269,14 @@ def evaluate_case(
     predicted = float(memory.peak_for_metric(parts, metric)[0]) / UNIT_BYTES[m["unit"]]
     capacity = float(ev.hw.capacity_bytes[0]) * (1.0 - sc.headroom)
     split = "boundary" if case["kind"] == "boundary" else ("held-out" if _held_out(case) else "tuned")
+    gpu = catalog.gpus[catalog.gpu_id(sc.plan.gpu)]
+    engine = coverage.engine(fw, sc.training.sharding.value)
+    plan_cell = coverage.cell(gpu.arch, engine, sc.method.value, int(cfg.zero_stage[0]),
+                              OFFLOAD[int(cfg.offload[0])].value, int(ev.nodes[0]))  # fmt: skip
     return CaseResult(
         id=case["id"], kind=case["kind"], split=split, metric=metric, unit=m["unit"], measured=float(m["peak"]),
         predicted=predicted, bound=m.get("bound"), fits=bool(parts["total"][0] <= capacity),
-        parts={k: int(v[0]) for k, v in parts.items()}, source=source_of(case),
+        parts={k: int(v[0]) for k, v in parts.items()}, source=source_of(case), cell=plan_cell,
     )  # fmt: skip
 
 
