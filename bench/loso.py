@@ -437,6 +437,25 @@ def memory_ratios() -> list[float]:
     return memory_loso.loso_ratios(memory_loso.loso())
 
 
+def memory_accuracy() -> dict[str, Any]:
+    """calibration.yaml ``accuracy.memory`` and ``accuracy.memory_coverage`` from the memory LOSO ratios.
+
+    memory_coverage, as time_coverage: the coverage cells of the measured memory cases (coverage.cell) and the
+    percentiles of the cases whose cell no OTHER source has a case in (with the p99 tail that ``risk: p99`` reads).
+    """
+    from tests import memory_loso
+
+    cases = memory_loso.linear_terms()
+    folds = memory_loso.loso(cases)
+    ratio = {case_id: 1.0 / (1.0 + e) for f in folds for case_id, e in f.errors.items()}
+    sources: dict[str, set[str]] = {}
+    for c in cases:
+        sources.setdefault(c.result.cell, set()).add(c.result.source)
+    outside = [ratio[c.result.id] for c in cases if not sources[c.result.cell] - {c.result.source}]
+    coverage_map = {"cells": sorted(sources), "uncovered": ratio_quantiles(outside, tail=True)}
+    return {"memory": ratio_quantiles(memory_loso.loso_ratios(folds), tail=True), "memory_coverage": coverage_map}
+
+
 def _flow(d: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in d.items()) + "}"
 
@@ -452,7 +471,13 @@ def accuracy_section(memory: dict[str, Any], time: dict[str, Any]) -> str:
         "  # memory: measured / predicted peak of every measured memory case, leave-one-source-out"
         " (tests/memory_loso.py);",
         "  #   ratio_p99 (memory only) is what a scenario's `risk: p99` fits at (the default risk p90 uses ratio_p90)",
-        f"  memory: {_flow(memory)}",
+        f"  memory: {_flow(memory['memory'])}",
+        "  # memory_coverage: the coverage cells of the measured memory cases and the percentiles (leave-one-",
+        "  #   source-out) of the cases outside every OTHER source's cells: a plan outside them gets the wider band.",
+        "  memory_coverage:",
+        f"    uncovered: {_flow(memory['memory_coverage']['uncovered'])}",
+        "    cells:",
+        *[f"      - {c}" for c in memory["memory_coverage"]["cells"]],
         "  # time: predicted / published tokens/s (= real / predicted compute time) of every scored case of",
         "  #   throughput_cases.yaml, _2 and _3, each predicted with constants fitted on the OTHER",
         "  #   sources (leave-one-source-out, bench/loso.py); time_groups: the same per group of plans (first match).",
@@ -514,7 +539,7 @@ def main() -> None:
         write_doc(args.doc, table)
     if args.write:
         consts = fit([c for c in cases if c.fit], base)
-        write_calibration(consts, ratio_quantiles(memory_ratios(), tail=True), accuracy)
+        write_calibration(consts, memory_accuracy(), accuracy)
         print(f"wrote {CALIBRATION.relative_to(REPO)}")
 
 

@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 MEMORY_TESTS = ["tests/test_golden.py", "tests/test_survivors.py", "tests/test_memory_components.py",
                 "tests/test_memory_techniques.py", "tests/test_memory_properties.py",
-                "tests/test_memory_reference.py"]  # fmt: skip
+                "tests/test_memory_reference.py", "tests/test_memory_fidelity.py"]  # fmt: skip
 TIMING_TESTS = ["tests/test_golden.py", "tests/test_timing.py", "tests/test_timing_properties.py",
                 "tests/test_timing_structure.py", "tests/test_timing_loso.py"]  # fmt: skip
 COST_TESTS = ["tests/test_golden.py", "tests/test_cost.py", "tests/test_validator.py", "tests/test_solver_oracle.py"]
@@ -132,9 +132,16 @@ MUTATIONS: list[Mutation] = [
     _m("activations-1f1b-one-micro-batch", "activations", ACT,
        r"_f\(np\.minimum\(cfg\.pp, np\.maximum\(cfg\.grad_accum, 1\)\)\)", "_f(np.minimum(cfg.pp, 1))", MEMORY_TESTS,
        "first 1F1B stage holds one micro-batch, not min(pp, GA)"),
-    _m("activations-logits-halved", "activations", ACT, r"tokens \* job\.arch\.vocab \* per_logit / cfg\.tp\)",
-       "tokens * job.arch.vocab * per_logit / cfg.tp / 2)",
+    _m("activations-logits-halved", "activations", ACT,
+       r"tokens \* job\.arch\.vocab \* per_logit / logits_split\(job, cfg, consts\)\)",
+       "tokens * job.arch.vocab * per_logit / logits_split(job, cfg, consts) / 2)",
        MEMORY_TESTS, "logits buffer halved"),
+    _m("activations-logits-always-vocab-parallel", "activations", ACT,
+       r"return _f\(cfg\.tp\) if vocab_parallel_loss\(job, consts\) else np\.ones\(len\(cfg\)\)",
+       "return _f(cfg.tp)", MEMORY_TESTS + ["tests/test_memory_loss_path.py"],
+       "tensor-parallel logits divided by t although the output layer gathers them to every rank"),
+    _m("activations-kbit-o-proj-input-counted", "activations", ACT, r'if "o_proj" not in names\]',
+       "if True]", MEMORY_TESTS, "o_proj's input (the attention output flash saves) counted again for a k-bit base"),
     _m("activations-recompute-layer-dropped", "activations", ACT,
        r"full = tokens \* \(keep_input \* layers_local \+ per_layer\)", "full = tokens * keep_input * layers_local",
        MEMORY_TESTS, "the layer being recomputed is not counted under full checkpointing"),
@@ -275,6 +282,10 @@ MUTATIONS: list[Mutation] = [
        r"_nan_or\(o\.host\.local_disk_gb if o\.host else None, 1e9\)",
        "_nan_or(o.host.local_disk_gb if o.host else None, GIB)", HOST_TESTS,
        "an offer's local disk in GB read as GiB"),
+    _m("uncertainty-memory-band-not-widened", "uncertainty", "optimizer/models/uncertainty.py",
+       r'mem = cov\.widest\(mem, accuracy\["memory_coverage"\]\["uncovered"\]\)', "mem = mem",
+       ["tests/test_uncertainty.py", "tests/test_uncertainty_headroom.py"],
+       "a plan outside the measured memory runs keeps the narrow band"),
     _m("uncertainty-p90-budget-no-fx", "uncertainty", "optimizer/models/uncertainty.py",
        r"high \* fx <= budget\.amount", "high <= budget.amount",
        ["tests/test_uncertainty_fx.py", "tests/test_uncertainty.py", "tests/test_uncertainty_headroom.py"],

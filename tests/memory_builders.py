@@ -39,7 +39,8 @@ def consts() -> dict[str, Any]:
 def job(arch: ModelArch = LLAMA2_7B, method: str = "full", rank: int = 16, targets: list[str] | None = None,
         framework: str = "hf", sharding: str = "deepspeed", attention: str = "flash", loss: str = "auto",
         seq_len: int = 2048, dropout: float = 0.0, compile: bool = False, activation_offload: bool = False,
-        optimizer_in_backward: bool = False) -> Job:  # fmt: skip
+        optimizer_in_backward: bool = False, loss_parallel: bool | None = None,
+        quant_kernel: str | None = None) -> Job:  # fmt: skip
     """A Job for the given architecture and method (base 4-bit for qlora, 16-bit otherwise)."""
     m = Method(method)
     lora = None if m is Method.full else LoraSpec(rank=rank, targets=targets or ["q_proj", "v_proj"], dropout=dropout)
@@ -47,7 +48,7 @@ def job(arch: ModelArch = LLAMA2_7B, method: str = "full", rank: int = 16, targe
         arch=arch, method=m, lora=lora, framework=Framework(framework), sharding=Sharding(sharding),
         attention=Attention(attention), loss=Loss(loss), base_bits=4 if m is Method.qlora else 16,
         seq_len=seq_len, global_batch=64, total_tokens=1e8, compile=compile, activation_offload=activation_offload,
-        optimizer_in_backward=optimizer_in_backward,
+        optimizer_in_backward=optimizer_in_backward, loss_parallel=loss_parallel, quant_kernel=quant_kernel,
     )  # fmt: skip
 
 

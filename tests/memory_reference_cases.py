@@ -28,7 +28,8 @@ from typing import Any
 import yaml
 
 from optimizer.inputs.catalog import Catalog, load_catalog, load_scenario, resolve_model
-from optimizer.models import memory
+from optimizer.models import coverage, memory
+from optimizer.models.configs import OFFLOAD
 from optimizer.solve.space import enumerate_all
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "reference" / "memory_cases.yaml"  # published cases with sources
@@ -68,6 +69,8 @@ _TT_2024_CE = "plain (unchunked) cross-entropy in the configs of the time"
 _ALPACA_CE = "Plain cross-entropy; pure bf16"
 _TT_2024_README = "dataset packed to 2048 tokens, torch.compile on"
 _PEFT_DROPOUT = {"lora": {"dropout": 0.1}}
+# bitsandbytes < 0.43.2 saved every 4-bit Linear's input for backward (activations.kbit_saved_inputs)
+_BNB_LEGACY = {"training": {"quant_kernel": "bitsandbytes_legacy"}}
 _QWEN_DROPOUT = {"lora": {"dropout": 0.05}}
 # Qwen (v1) runs its own modelling code (trust_remote_code), whose QWenLMHeadModel.forward takes the cross-entropy of
 # the 16-bit lm_logits with no fp32 upcast (modeling_qwen.py: shift_logits = lm_logits[..., :-1, :].contiguous())
@@ -135,9 +138,11 @@ NOTE_SETTINGS: dict[str, list[tuple[dict[str, Any], str]]] = {
         for m in ("llama3-8b-1xh200", "llama3-8b-fsdp4-4xh200", "llama3-8b-tp4-4xh200", "13b-fsdp8-8xh200",
                   "llama3-70b-tp4-fsdp8-32xh200")
     },
-    # LitGPT finetune/lora.py defaults, as the notes state (dropout on the adapters' input)
+    # LitGPT finetune/lora.py defaults, as the notes state (dropout on the adapters' input); --quantize bnb.nf4 runs
+    # Lightning's BitsandbytesPrecision, which swaps every nn.Linear for a bitsandbytes 4-bit Linear, of version 0.41.1
     **{
-        f"mem2-litgpt-llama2-{m}": [({"lora": {"dropout": 0.05}}, "r 8, alpha 16, dropout 0.05")]
+        f"mem2-litgpt-llama2-{m}": [({"lora": {"dropout": 0.05}}, "r 8, alpha 16, dropout 0.05"),
+                                    *([(_BNB_LEGACY, "bitsandbytes 0.41.1")] if "qlora" in m else [])]
         for m in ("7b-lora-mb1-a100-40g", "7b-lora-mb2-a100-40g", "7b-lora-mb4-a100-40g-oom",
                   "7b-qlora-nf4-mb1-a100-40g", "13b-lora-mb1-a100-40g", "13b-qlora-nf4-mb1-a100-40g",
                   "13b-lora-mb2-a100-40g-oom")
@@ -150,9 +155,19 @@ NOTE_SETTINGS: dict[str, list[tuple[dict[str, Any], str]]] = {
 # (KempnerInstitute/KempnerForge:scripts/train.py@01b461a78 wraps each micro-batch in
 # kempnerforge/training/grad.py maybe_no_sync, which calls set_requires_gradient_sync(False)).
 _NO_SYNC = "KempnerForge scripts/train.py@01b461a78 maybe_no_sync (set_requires_gradient_sync(False))"
+# torchtitan runs the loss on vocabulary-sharded logits whenever tp > 1 (pytorch/torchtitan@9dec370 train.py:
+# enable_loss_parallel=not job_config.training.disable_loss_parallel, default False; parallelize_llama.py apply_tp:
+# output_layouts=Shard(-1) if loss_parallel), which the torchtune engine these rows run as does not (its plans gather).
+_TITAN_LOSS_PARALLEL = "torchtitan@9dec370 train.py enable_loss_parallel (--training.disable_loss_parallel unset)"
 SOURCE_SETTINGS: dict[str, list[tuple[dict[str, Any], str]]] = {
-    f"h2-mem-kempner-{m}": [({"training": {"reduce_every_micro_batch": False}}, _NO_SYNC)]
-    for m in ("llama3-8b-fsdp4-4xh200", "13b-fsdp8-8xh200", "llama3-70b-tp4-fsdp8-32xh200")
+    **{
+        f"h2-mem-kempner-{m}": [({"training": {"reduce_every_micro_batch": False}}, _NO_SYNC)]
+        for m in ("llama3-8b-fsdp4-4xh200", "13b-fsdp8-8xh200", "llama3-70b-tp4-fsdp8-32xh200")
+    },
+    **{
+        f"mem2-titan-llama3.1-{m}": [({"training": {"loss_parallel": True}}, _TITAN_LOSS_PARALLEL)]
+        for m in ("70b-256xh100-2d-fp8", "405b-512xh100-3d-1f1b")
+    },
 }
 
 
@@ -171,6 +186,7 @@ class CaseResult:
     fits: bool  # the model's own verdict: total <= capacity x (1 - headroom)
     parts: dict[str, int]
     source: str = ""  # the repository (owner/name) or organisation the case comes from: :func:`source_of`
+    cell: str = ""  # the plan's coverage cell (optimizer/models/coverage.py)
 
     @property
     def error(self) -> float:
@@ -253,10 +269,14 @@ def evaluate_case(
     predicted = float(memory.peak_for_metric(parts, metric)[0]) / UNIT_BYTES[m["unit"]]
     capacity = float(ev.hw.capacity_bytes[0]) * (1.0 - sc.headroom)
     split = "boundary" if case["kind"] == "boundary" else ("held-out" if _held_out(case) else "tuned")
+    gpu = catalog.gpus[catalog.gpu_id(sc.plan.gpu)]
+    engine = coverage.engine(fw, sc.training.sharding.value)
+    plan_cell = coverage.cell(gpu.arch, engine, sc.method.value, int(cfg.zero_stage[0]),
+                              OFFLOAD[int(cfg.offload[0])].value, int(ev.nodes[0]))  # fmt: skip
     return CaseResult(
         id=case["id"], kind=case["kind"], split=split, metric=metric, unit=m["unit"], measured=float(m["peak"]),
         predicted=predicted, bound=m.get("bound"), fits=bool(parts["total"][0] <= capacity),
-        parts={k: int(v[0]) for k, v in parts.items()}, source=source_of(case),
+        parts={k: int(v[0]) for k, v in parts.items()}, source=source_of(case), cell=plan_cell,
     )  # fmt: skip
 
 

@@ -114,7 +114,9 @@ def test_standard_loss_logits_scale_with_tokens_and_vocab_over_tp():
     one = _one(activations.logits_bytes, j, cfg(micro_batch=1))
     assert _one(activations.logits_bytes, j, cfg(micro_batch=4)) == pytest.approx(4 * one, abs=4)
     assert _one(activations.logits_bytes, job(framework="hf", seq_len=4096), cfg()) == pytest.approx(2 * one, abs=2)
-    assert _one(activations.logits_bytes, j, cfg(tp=2)) == pytest.approx(one / 2, abs=1)
+    sharded = job(framework="hf", seq_len=2048, loss_parallel=True)  # vocabulary-parallel loss: / t
+    assert _one(activations.logits_bytes, sharded, cfg(tp=2)) == pytest.approx(one / 2, abs=1)
+    assert _one(activations.logits_bytes, j, cfg(tp=2)) == one  # hf's default gathers the logits on every rank
     assert 2 <= one / (2048 * 32000) <= 16
 
 

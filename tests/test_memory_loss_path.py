@@ -39,9 +39,20 @@ def test_hf_default_loss_is_the_fp32_upcast_one():
 
 
 def test_vocabulary_parallel_logits_halve_with_tp_2():
-    # 12,608,077,824 / 2 = 6,304,038,912
-    j = job(arch=LLAMA31_8B, framework="hf", loss="standard", seq_len=8192)
+    # torchtitan loss_parallel / Megatron's vocab-parallel loss: 12,608,077,824 / 2 = 6,304,038,912
+    j = job(arch=LLAMA31_8B, framework="hf", loss="standard", seq_len=8192, loss_parallel=True)
     assert _one(activations.logits_bytes, j, cfg(tp=2)) == 6_304_038_912
+    # Megatron (nemo) shards the loss by default: 1,050,673,152 logits x 6 B (megatron) / 2 = 3,152,019,456
+    nemo = job(arch=LLAMA31_8B, framework="nemo", seq_len=8192)
+    assert _one(activations.logits_bytes, nemo, cfg(tp=2)) == 3_152_019_456
+
+
+@pytest.mark.parametrize("framework", ["hf", "torchtune"])
+def test_gathered_logits_keep_the_full_vocabulary_on_every_tp_rank(framework):
+    # ColwiseParallel(output_layouts=Replicate()) on the output layer (torchtune's TP plans, KempnerForge): every rank
+    # all-gathers the full T x V logits and runs the whole fp32 loss on them: 1,050,673,152 x 12 at any tp
+    j = job(arch=LLAMA31_8B, framework=framework, loss="standard", seq_len=8192)
+    assert [_one(activations.logits_bytes, j, cfg(tp=t)) for t in (1, 2, 4, 8)] == [12_608_077_824] * 4
 
 
 def test_loop_that_keeps_the_logits_adds_their_fp32_copy_in_backward():

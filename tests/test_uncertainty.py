@@ -33,7 +33,31 @@ PINS = {"gpu": "A100-80G", "cards": 2, "zero_stage": 3, "micro_batch": 2, "check
 
 
 def test_memory_percentiles_are_those_of_leave_one_source_out(catalog):
-    assert catalog.calibration["accuracy"]["memory"] == ratio_quantiles(memory_loso_ratios(memory_loso()), tail=True)
+    acc = catalog.calibration["accuracy"]
+    assert acc["memory"] == ratio_quantiles(memory_loso_ratios(memory_loso()), tail=True)
+    assert {"memory": acc["memory"], "memory_coverage": acc["memory_coverage"]} == loso.memory_accuracy()
+
+
+def test_a_plan_outside_the_measured_memory_runs_gets_a_wider_memory_band_and_says_so(write_scenario, catalog,
+                                                                                     run_cli):  # fmt: skip
+    acc = catalog.calibration["accuracy"]
+    own, unc = acc["memory"], acc["memory_coverage"]["uncovered"]
+    assert unc["ratio_p90"] != own["ratio_p90"]  # otherwise widening could not be seen
+    inside = estimate_scenario(write_scenario(), PINS).uncertainty.memory  # Qwen's 72B LoRA ZeRO-3 runs on A100s
+    assert "ampere/hf_deepspeed/lora/zero3/none/one-node" in acc["memory_coverage"]["cells"]
+    assert inside.published_run_like_this is True and inside.ratio_p90 == own["ratio_p90"]
+    assert "ada/hf_deepspeed/lora/zero3/none/one-node" not in acc["memory_coverage"]["cells"]
+    est = estimate_scenario(write_scenario(), {**PINS, "gpu": "L40S"})  # ada / hf_deepspeed: no measured run
+    m = est.uncertainty.memory
+    assert m.published_run_like_this is False
+    assert m.ratio_p10 == min(own["ratio_p10"], unc["ratio_p10"])
+    assert m.ratio_p90 == max(own["ratio_p90"], unc["ratio_p90"]) != own["ratio_p90"]
+    assert m.total_p90 == round(est.memory.total * m.ratio_p90)
+    path = write_scenario("outside-memory.yaml")
+    args = ["--gpu=L40S", "--cards=2", "--zero=3", "--micro-batch=2", "--checkpointing=full"]
+    assert "memory: no published run like this" in run_cli("estimate", path, *args).stdout
+    doc = json.loads(run_cli("estimate", path, *args, "--json").stdout)
+    assert doc["uncertainty"]["memory"]["published_run_like_this"] is False
 
 
 @pytest.mark.timeout(600)  # may compute the session's LOSO fixture (13 folds x 109 cases)
@@ -155,8 +179,12 @@ def test_solve_json_carries_the_band_and_text_shows_it(run_cli, write_scenario):
     assert {"offer", "requirements", "checklist"} <= set(doc)  # the offer keys of issue 13 follow the band
     assert set(doc["uncertainty"]) == {"memory", "time", "cost", "risk"}
     risk = doc["uncertainty"]["risk"]  # the default risk p90: the peak x ratio_p90 within capacity less headroom
-    assert risk["level"] == "p90" and risk["memory_ratio"] == doc["uncertainty"]["memory"]["ratio_p90"]
-    assert risk["total_at_risk"] == doc["uncertainty"]["memory"]["total_p90"] <= risk["usable"]
+    band = doc["uncertainty"]["memory"]
+    # the planning ratio is the model's p90 over every case; the reported band widens it outside the measured cells
+    assert risk["level"] == "p90" and risk["memory_ratio"] == load_catalog().calibration["accuracy"]["memory"][
+        "ratio_p90"] <= band["ratio_p90"]  # fmt: skip
+    assert (risk["memory_ratio"] == band["ratio_p90"]) == (band["published_run_like_this"] is not False)
+    assert risk["total_at_risk"] == round(doc["memory"]["total"] * risk["memory_ratio"]) <= risk["usable"]
     assert risk["usable"] == int(doc["memory"]["capacity"] * 0.95) and risk["applies_to"] == ["memory"]
     text = run_cli("solve", path).stdout
     assert re.search(r"Uncertainty \(10th-90th percentile of measured/predicted on \d+ \+ \d+ held-out cases\)", text)
@@ -192,7 +220,7 @@ def test_band_of_a_long_job_is_rebilled_with_the_cheapest_terms(write_scenario, 
 def test_calibration_file_documents_the_section():
     text = (REPO / "catalogs" / "calibration.yaml").read_text()
     section = yaml.safe_load(text)["accuracy"]
-    assert set(section) == {"memory", "time", "time_groups", "time_coverage"}
+    assert set(section) == {"memory", "memory_coverage", "time", "time_groups", "time_coverage"}
     assert "python bench/loso.py\n  # --write" in text
 
 

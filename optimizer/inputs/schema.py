@@ -82,6 +82,14 @@ class Loss(StrEnum):
     fused = "fused"
 
 
+class QuantKernel(StrEnum):
+    """Library whose 4/8-bit Linear runs the frozen k-bit base (decides what its autograd function saves)."""
+
+    bitsandbytes = "bitsandbytes"  # transformers/PEFT QLoRA, bitsandbytes >= 0.43.2: MatMul4Bit saves the packed weight
+    bitsandbytes_legacy = "bitsandbytes_legacy"  # bitsandbytes < 0.43.2: MatMul4Bit also saved its 16-bit input
+    torchao = "torchao"  # torchtune QLoRA: torchao linear_nf4 saves only the NF4 weight
+
+
 class Offload(StrEnum):
     """What ZeRO/FSDP moves to host memory."""
 
@@ -485,6 +493,12 @@ class Training(Strict):
         description="cross-entropy implementation; auto takes the framework default (sizes the logits buffer)",
     )
     base_bits: Literal[16, 8, 4] | None = Field(None, description="frozen base bits; default 16 (lora), 4 (qlora)")
+    quant_kernel: QuantKernel | None = Field(
+        None,
+        description="library of the k-bit base's Linear: bitsandbytes_legacy (before 0.43.2) saves each quantised "
+        "Linear's input for backward, bitsandbytes (0.43.2 on) and torchao's linear_nf4 do not; null = the engine's "
+        "default (calibration memory.quant_kernel)",
+    )
     checkpoint_every_hours: Float | None = Field(
         None, gt=0, le=10_000, description="save a checkpoint this often (adds save time); default from calibration"
     )
@@ -506,6 +520,13 @@ class Training(Strict):
         description="FSDP with gradient accumulation: reduce-scatter the gradients after every micro-batch (true) or "
         "hold them unsharded until the last one (false: no_sync, as transformers' Trainer does); null = the "
         "engine's default (calibration memory.fsdp_unsharded_accumulation)",
+    )
+    loss_parallel: bool | None = Field(
+        None,
+        description="tensor parallelism: the loss runs on logits sharded over the vocabulary (true: torchtitan's "
+        "loss_parallel, Megatron's vocab-parallel cross-entropy) or on logits all-gathered to the full vocabulary on "
+        "every rank (false: a ColwiseParallel output with Replicate layout, torchtune's and KempnerForge's plans); "
+        "null = the engine's default (calibration memory.vocab_parallel_loss)",
     )
 
 

@@ -258,7 +258,9 @@ class RatioGroup(RatioBand):
 
 
 class TimeCoverage(Strict):
-    """The coverage map of the reference throughput cases (optimizer/models/coverage.py).
+    """The coverage map of the reference throughput cases, or as ``memory_coverage`` the memory cases.
+
+    Cells as optimizer/models/coverage.py builds them.
 
     ``cells``: the cells of the cases; ``uncovered``: the band of the cases outside every other source's cells.
     """
@@ -271,10 +273,12 @@ class Accuracy(Strict):
     """The memory model's and the step-time model's held-out accuracy.
 
     ``time_groups`` refine the time band for the plans they match (the first that matches wins, else ``time``);
-    a plan outside ``time_coverage.cells`` gets the wider of its band and ``time_coverage.uncovered``.
+    a plan outside ``time_coverage.cells`` gets the wider of its band and ``time_coverage.uncovered``, and one outside
+    ``memory_coverage.cells`` the wider of ``memory`` and ``memory_coverage.uncovered``.
     """
 
     memory: RatioBand
     time: RatioBand
     time_groups: list[RatioGroup] = Field(default_factory=list)
     time_coverage: TimeCoverage | None = None
+    memory_coverage: TimeCoverage | None = None  # the same map for the measured memory cases

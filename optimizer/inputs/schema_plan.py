@@ -82,6 +82,7 @@ class MemoryBand(Strict):
     total_p10: int
     total_p90: int
     fits_p90: bool
+    published_run_like_this: bool | None = None  # False: no measured memory case in the plan's cell, band widened
 
 
 class TimeBand(Strict):

@@ -74,10 +74,49 @@ def activation_bytes_per_token_layer(job: Job, cfg: Configs, consts: Mapping[str
     if job.method is Method.full:
         per += c["trainable_extra"]["h"] * h + c["trainable_extra"]["intermediate"] * inter
     else:
-        per += _lora_saved_inputs(job)
+        per += _lora_saved_inputs(job) + kbit_saved_inputs(job, consts)
     if job.attention is Attention.eager:
         per += float(consts["eager_scores_bytes_per_head_token"]) * a.heads * job.seq_len
     return per / cfg.tp.astype(np.float64)
+
+
+_INPUT_GROUPS = (  # the block Linears that share one input tensor: (names, input width key)
+    ({"q_proj", "k_proj", "v_proj"}, "h"),
+    ({"o_proj"}, "h"),
+    ({"gate_proj", "up_proj"}, "h"),
+    ({"down_proj"}, "intermediate"),
+)
+
+
+def _group_widths(job: Job) -> list[tuple[set[str], int]]:
+    """The input groups of :data:`_INPUT_GROUPS` with their widths (h, or the active MLP width I)."""
+    widths = {"h": job.arch.hidden, "intermediate": job.arch.active_width}
+    return [(names, widths[key]) for names, key in _INPUT_GROUPS]
+
+
+def kbit_saved_inputs(job: Job, consts: Mapping[str, Any]) -> float:
+    """Bytes per token per layer that a k-bit base's Linears save for backward beyond what is saved already.
+
+    bitsandbytes before 0.43.2 ran its 4-bit matmul as an autograd function that kept its input A whenever any input
+    needed a gradient (bitsandbytes/autograd/_functions.py ``MatMul4Bit.forward``: ``ctx.tensors = (A, B)``; PR #1270,
+    2024-07-16, keeps ``(None, B)``), so each quantised Linear saved its 16-bit input although its weight is frozen,
+    where a plain frozen Linear saves nothing. New tensors are the attention norm's output (input of q/k/v, 2h), the
+    MLP norm's output (input of gate/up, 2h) and the SwiGLU product (input of down, 2I); o_proj's input is the
+    attention output that flash/SDPA attention saves already (its (B, T, heads, d) layout makes the reshape a view),
+    and a group whose LoRA adapters save the same input (:func:`_lora_saved_inputs`) adds nothing. Llama-2-7B with
+    LoRA on q and v: 2 (h + I) = 2 (4096 + 11,008) = 30,208 B per token and layer. bitsandbytes 0.43.2 on and
+    torchao's ``linear_nf4`` (torchtune) save only the quantised weight: 0. Kernel: ``training.quant_kernel``, else
+    the engine's calibration ``quant_kernel``; those that save are calibration ``kbit_input_saving_kernels``. 0 for a
+    16-bit base.
+    """
+    if job.base_bits >= 16:
+        return 0.0
+    kernel = job.quant_kernel or consts.get("quant_kernel", {}).get(job.framework.value)
+    if kernel not in consts.get("kbit_input_saving_kernels", []):
+        return 0.0
+    t = _targets(job)
+    fresh = [(names, width) for names, width in _group_widths(job) if "o_proj" not in names]
+    return sum(2.0 * width for names, width in fresh if not names & t)
 
 
 def _lora_saved_inputs(job: Job) -> float:
@@ -85,13 +124,7 @@ def _lora_saved_inputs(job: Job) -> float:
     a = job.arch
     h, inter = a.hidden, a.active_width
     t = _targets(job)
-    groups = [
-        ({"q_proj", "k_proj", "v_proj"}, h),
-        ({"o_proj"}, h),
-        ({"gate_proj", "up_proj"}, h),
-        ({"down_proj"}, inter),
-    ]
-    saved = sum(2.0 * width for names, width in groups if names & t)  # 16-bit input, shared within a group
+    saved = sum(2.0 * width for names, width in _group_widths(job) if names & t)  # 16-bit input, shared in a group
     if job.lora is not None and job.lora.dropout > 0:
         d_in = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": h, "gate_proj": h, "up_proj": h, "down_proj": inter}
         saved += sum(3.0 * d_in[m] for m in t if m in d_in)  # 2 B dropped-out copy + 1 B mask per module
@@ -186,9 +219,37 @@ def logits_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
     + every chunk's saved fp32 log-softmax 4 + the chunk being upcast 4/8; compiled (compile_loss compiles the
     per-chunk upcast + cross-entropy: "we only compile the upcast + cross-entropy calculation, not the chunking",
     torchtune/training/_compile.py): the bf16 logits 2 + one chunk's bf16 gradient 2/8. fused (0.5): Liger / CCE
-    fused linear-cross-entropy, about 0. With tensor parallelism the logits stay sharded over the vocabulary
-    (torchtitan loss_parallel; Megatron's vocabulary-parallel loss), hence / t.
+    fused linear-cross-entropy, about 0. With tensor parallelism the divisor is :func:`logits_split`: t where the
+    loss runs on vocabulary-sharded logits, 1 where the output layer all-gathers them first.
     """
     tokens = _f(cfg.micro_batch * job.seq_len)
     per_logit = float(consts["logits_bytes_per_vocab_token"][loss_kind(job, consts)])
-    return _i64(tokens * job.arch.vocab * per_logit / cfg.tp)
+    return _i64(tokens * job.arch.vocab * per_logit / logits_split(job, cfg, consts))
+
+
+def vocab_parallel_loss(job: Job, consts: Mapping[str, Any]) -> bool:
+    """Whether the loss runs on logits sharded over the vocabulary under tensor parallelism.
+
+    ``training.loss_parallel`` when the scenario sets it, else the engine's default (calibration
+    ``vocab_parallel_loss``, the engines listed there). Sharded: Megatron's vocabulary-parallel cross-entropy
+    (nemo), torchtitan's ``loss_parallel`` context (on whenever tp > 1 unless ``--training.disable_loss_parallel``;
+    its output layer is ``ColwiseParallel(output_layouts=Shard(-1), use_local_output=not loss_parallel)``).
+    Gathered: a ``ColwiseParallel(output_layouts=Replicate())`` output layer, which all-gathers every rank's
+    vocabulary slice into the full logits before the loss: torchtune's tensor-parallel plans
+    (torchtune/models/llama3/_parallelism.py ``BASE_LLAMA_TP_PLAN`` "output") and KempnerForge
+    (kempnerforge/distributed/tensor_parallel.py@01b461a "Output head: split vocab dim, gather to Replicate for
+    loss computation"), followed by a plain ``F.cross_entropy``.
+    """
+    if job.loss_parallel is not None:
+        return job.loss_parallel
+    return job.framework.value in consts.get("vocab_parallel_loss", [])
+
+
+def logits_split(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """Divisor of the loss path's bytes per rank (float (n,)): t with a vocabulary-parallel loss, else 1.
+
+    With gathered logits every tensor-parallel rank holds the full T x V logits and runs the whole loss on them;
+    the rank's own T x V / t slice (the local matmul output) is freed once gathered, and its gradient is a slice
+    of the full one, so neither is counted.
+    """
+    return _f(cfg.tp) if vocab_parallel_loss(job, consts) else np.ones(len(cfg))

@@ -51,6 +51,8 @@ class Job:
     activation_offload: bool = False  # saved activations in host RAM
     optimizer_in_backward: bool = False  # gradients freed per parameter during backward
     reduce_every_micro_batch: bool | None = None  # FSDP accumulation: reduce each micro-batch (None: engine default)
+    loss_parallel: bool | None = None  # TP: loss on vocabulary-sharded logits (None: engine default)
+    quant_kernel: str | None = None  # k-bit base's Linear library (None: engine default)
     pipeline_chunks: int = 1  # most interleaved chunks per pipeline stage the engine launches (models/pipeline.py)
 
     @property

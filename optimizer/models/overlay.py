@@ -170,15 +170,14 @@ def group_accuracy(accuracy: Mapping[str, Any], loaded: LoadedOverlay | None, ti
                    memory_group: MemoryGroup | None) -> dict[str, Any]:  # fmt: skip
     """calibration.yaml ``accuracy`` with each model's band replaced by its group's band where the overlay has one.
 
-    A time band from the user's own measurements is a published run like the plan: the coverage map
-    (``time_coverage``, models/coverage.py) no longer widens it.
+    A band from the user's own measurements is a published run like the plan: the coverage map
+    (``time_coverage`` or ``memory_coverage``, models/coverage.py) no longer widens it.
     """
     out = dict(accuracy)
     for name, group in (("time", time_group), ("memory", memory_group)):
         if loaded is not None and group is not None and group.band is not None and name in out:
             out[name] = {**out[name], **group.band.model_dump()}
-            if name == "time":
-                out.pop("time_coverage", None)
+            out.pop(f"{name}_coverage", None)
     return out
 
 

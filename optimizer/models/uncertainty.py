@@ -122,19 +122,22 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
     ``fx`` converts the offer's currency to the budget's; ``fits_p90``, ``meets_deadline_p90`` and
     ``within_budget_p90`` say whether the plan still holds at the unfavourable end (None when the scenario sets
     no deadline or budget). With the GPU's ``arch`` and a coverage map in ``accuracy``, a plan whose cell
-    (models/coverage.py) holds no published run gets the wider of its time band and the uncovered cases' band.
+    (models/coverage.py) holds no published run gets the wider of its time band and the uncovered cases' band, and
+    likewise for memory with ``accuracy.memory_coverage`` (the measured memory cases' cells).
     """
     m, t, c, p = est.memory, est.time, est.cost, est.plan
     assert m is not None and t is not None and c is not None and p is not None
     mem = accuracy["memory"]
     tim = time_band(accuracy, scenario.training.framework.value, p.precision.value, p.nodes)
-    fw = scenario.training.framework.value
-    engine = f"hf_{scenario.training.sharding.value}" if fw == "hf" else fw
+    engine = cov.engine(scenario.training.framework.value, scenario.training.sharding.value)
     plan_cell = None if arch is None else cov.cell(arch, engine, scenario.method.value, p.zero_stage,
                                                    p.offload.value, p.nodes)  # fmt: skip
     like = cov.covered(accuracy, plan_cell)
     if like is False:
         tim = cov.widest(tim, accuracy["time_coverage"]["uncovered"])
+    mem_like = cov.covered(accuracy, plan_cell, "memory")
+    if mem_like is False:
+        mem = cov.widest(mem, accuracy["memory_coverage"]["uncovered"])
     total_p90 = int(round(m.total * float(mem["ratio_p90"])))
     memory = MemoryBand(
         cases=int(mem["cases"]),
@@ -143,6 +146,7 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
         total_p10=int(round(m.total * float(mem["ratio_p10"]))),
         total_p90=total_p90,
         fits_p90=total_p90 <= m.capacity,  # the band is the model's error: no headroom on top
+        published_run_like_this=mem_like,
     )
     compute = t.steps * t.step_seconds / 3600.0
     fixed = max(t.hours - compute, 0.0)

@@ -229,7 +229,8 @@ def uncertainty_lines(est: Estimate) -> list[str]:
         f"peak {_gib(um.total_p10)} to {_gib(um.total_p90)}, {memory}",
         f"  time {ut.hours_p10:,.1f}-{ut.hours_p90:,.1f} h, cost {uc.total_p10:,.2f}-{uc.total_p90:,.2f} {uc.currency}"
         + (f"; at the slow end: {', '.join(holds)}" if holds else ""),
-    ] + ([f"  {NO_RUN}"] if ut.published_run_like_this is False else [])
+    ] + ([f"  time: {NO_RUN}"] if ut.published_run_like_this is False else []) + (
+        [f"  memory: {NO_RUN}"] if um.published_run_like_this is False else [])
 
 
 def alternatives_table(result: SolveResult) -> Table:

@@ -156,6 +156,8 @@ def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any]) -> J
         activation_offload=t.activation_offload,
         optimizer_in_backward=t.optimizer_in_backward,
         reduce_every_micro_batch=t.reduce_every_micro_batch,
+        loss_parallel=t.loss_parallel,
+        quant_kernel=None if t.quant_kernel is None else t.quant_kernel.value,
         pipeline_chunks=int(chunks),
     )
 
