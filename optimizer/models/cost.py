@@ -42,21 +42,35 @@ class Bill:
 
 
 def _long_cover_table(offer: Offer, days: int, terms: frozenset[Term]) -> tuple[np.ndarray, np.ndarray]:
-    """cost[j], choice[j]: cheapest day/week/month mix covering >= j days, and the term bought last (-1 = none)."""
-    options = [
+    """cost[j], choice[j]: cheapest day/week/month mix covering >= j days, and the term bought last (-1 = none).
+
+    Entry j depends only on the entries below it, so the table of a price list is computed once per process and
+    extended when a longer job needs more days; every offer with the same long-term prices shares it.
+    """
+    options = tuple(
         (TERM_HOURS[t] // 24, offer.prices[t].amount, i)
         for i, t in enumerate(_LONG)
         if t in terms and t in offer.prices
-    ]
-    cost = np.full(days + 1, np.inf)
-    choice = np.full(days + 1, -1, dtype=np.int64)
-    cost[0] = 0.0
-    for j in range(1, days + 1):
-        for length, price, i in options:
-            c = price + cost[max(0, j - length)]
-            if c < cost[j] - 1e-12:
-                cost[j], choice[j] = c, i
-    return cost, choice
+    )
+    cost, choice = _COVER_TABLES.get(options, (None, None))
+    if cost is None or cost.size < days + 1:
+        cost = np.full(days + 1, np.inf)
+        choice = np.full(days + 1, -1, dtype=np.int64)
+        cost[0] = 0.0
+        for j in range(1, days + 1):
+            for length, price, i in options:
+                c = price + cost[max(0, j - length)]
+                if c < cost[j] - 1e-12:
+                    cost[j], choice[j] = c, i
+        cost.flags.writeable = choice.flags.writeable = False  # shared: read only
+        if len(_COVER_TABLES) >= _MAX_COVER_TABLES:
+            _COVER_TABLES.clear()
+        _COVER_TABLES[options] = (cost, choice)
+    return cost[: days + 1], choice[: days + 1]
+
+
+_COVER_TABLES: dict[tuple[tuple[int, float, int], ...], tuple[np.ndarray, np.ndarray]] = {}
+_MAX_COVER_TABLES = 512
 
 
 def _hourly_units(hours: np.ndarray, increment_s: int) -> np.ndarray:

@@ -38,7 +38,7 @@ from optimizer.models.engines import (
     plan_refusals,
     scenario_refusals,
 )
-from optimizer.models.overlay import apply as apply_overlay
+from optimizer.models.overlay import scale_memory, scale_time
 from optimizer.models.pipeline import chunks_refusal, engine_chunks
 from optimizer.models.uncertainty import hours_at, risk_ratio, time_ratios
 
@@ -77,6 +77,10 @@ class Evaluated:
     fits: np.ndarray
     capacity: np.ndarray | None = None  # 0 on demand, 1 spot (hosts.CAPACITY); None = all on demand
     ram_short: np.ndarray | None = None  # fits the card but needs more host RAM than the node has; None = none
+    # what the enumeration held before evaluate(fitting_only=True) dropped the rows that cannot fit: its row count
+    # and, per offer, the smallest per-GPU total over its rows (-1: no row); None = these rows are all of them
+    enumerated: int | None = None
+    smallest_by_offer: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.capacity is None:
@@ -97,6 +101,8 @@ class Evaluated:
             fits=self.fits[index],
             capacity=self.capacity[index],
             ram_short=self.ram_short[index],
+            enumerated=self.enumerated,
+            smallest_by_offer=self.smallest_by_offer,
         )
 
     def __len__(self) -> int:
@@ -126,6 +132,8 @@ class Space:
     # per node), offer id and the RAM its node has (explain.py names them when nothing else fits)
     ram_short: tuple[int, str, int] | None = None
     budget_total: np.ndarray | None = None  # risk_limits: the bill at the slow end, checked against the budget
+    # what the solver derives once from the candidates (solver.columns), reused by every solve of this space
+    solver_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 # ------------------------------------------------------------------------------------------------ job and offers
@@ -290,25 +298,26 @@ def grid(
     # the (z, o, m, ck) block depends only on the (zero, offload) pairs and the micro-batch list, so it is built
     # once per such pair of lists (numpy)
     blocks: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], np.ndarray] = {}
+    by_dp: dict[int, np.ndarray] = {}  # a layout's block depends on its dp only
+    by_offer: dict[int, list[int]] = {}  # its precisions on its offer's GPU only
+    bf16_model = job.arch.torch_dtype == "bfloat16"
     picked: list[np.ndarray] = []
     heads: list[tuple[int, int, int]] = []  # (layout, precision, rows in its block)
     for li, lay in enumerate(lays):
         if job.global_batch % lay.dp:
             continue
-        per_rank = job.global_batch // lay.dp
-        if pins.micro_batch is not None:
-            mbs = [pins.micro_batch] if per_rank % pins.micro_batch == 0 else []
-        else:
-            mbs = [m for m in (1, 2, 4, 8, 16, 32, 64) if per_rank % m == 0]
-        if pins.grad_accum is not None:
-            mbs = [m for m in mbs if per_rank // m == pins.grad_accum]
-        if job.optimizer_in_backward:  # the step fused into backward runs without gradient accumulation
-            mbs = [m for m in mbs if per_rank // m == 1]
-        zo_lay = tuple((z, oi) for z, oi in zo if rule.keeps(z, Offload(OFFLOAD[oi]), lay.dp))
-        block = blocks.get((tuple(mbs), zo_lay))
+        block = by_dp.get(lay.dp)
         if block is None:
-            block = blocks[(tuple(mbs), zo_lay)] = _zmc_block(list(zo_lay), mbs, cks)
-        for prec in _precisions(scenario, gpus[lay.offer], fallback, job.arch.torch_dtype == "bfloat16"):
+            mbs = micro_batches(scenario, job, job.global_batch // lay.dp)
+            zo_lay = tuple((z, oi) for z, oi in zo if rule.keeps(z, Offload(OFFLOAD[oi]), lay.dp))
+            block = blocks.get((tuple(mbs), zo_lay))
+            if block is None:
+                block = blocks[(tuple(mbs), zo_lay)] = _zmc_block(list(zo_lay), mbs, cks)
+            by_dp[lay.dp] = block
+        precisions = by_offer.get(lay.offer)
+        if precisions is None:
+            precisions = by_offer[lay.offer] = _precisions(scenario, gpus[lay.offer], fallback, bf16_model)
+        for prec in precisions:
             picked.append(block)
             heads.append((li, prec, block.shape[0]))
     n_rows = sum(h[2] for h in heads)
@@ -324,6 +333,24 @@ def grid(
     return li_col, body[:, 0], body[:, 1], body[:, 2], body[:, 3], prec_col
 
 
+def micro_batches(scenario: Scenario, job: Job, per_rank: int) -> list[int]:
+    """Micro-batches tried for ``per_rank`` sequences per data-parallel rank and step.
+
+    The powers of two up to 64 that divide it (or the pin), giving the pinned grad_accum, and without accumulation
+    when the optimizer steps in backward.
+    """
+    pins = scenario.plan
+    if pins.micro_batch is not None:
+        mbs = [pins.micro_batch] if per_rank % pins.micro_batch == 0 else []
+    else:
+        mbs = [m for m in (1, 2, 4, 8, 16, 32, 64) if per_rank % m == 0]
+    if pins.grad_accum is not None:
+        mbs = [m for m in mbs if per_rank // m == pins.grad_accum]
+    if job.optimizer_in_backward:  # the step fused into backward runs without gradient accumulation
+        mbs = [m for m in mbs if per_rank // m == 1]
+    return mbs
+
+
 def _zmc_block(zo: list[tuple[int, int]], mbs: list[int], cks: list[int]) -> np.ndarray:
     """Rows (zero, offload, micro-batch, checkpointing) of zo x mbs x cks, first factor slowest (int64)."""
     iz, im, ic = (a.ravel() for a in np.indices((len(zo), len(mbs), len(cks))))
@@ -333,6 +360,19 @@ def _zmc_block(zo: list[tuple[int, int]], mbs: list[int], cks: list[int]) -> np.
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
+
+
+def card_facts(gpus: list[Gpu], offers: list[Offer]) -> tuple[np.ndarray, np.ndarray]:
+    """Per offer: the card's usable memory and its dense peak per precision.
+
+    Memory in bytes (hosts.capacity_bytes), shape (offers,); peaks in FLOP/s, shape (offers, len(PRECISION)), 0
+    where the GPU does not run the precision.
+    """
+    cap = np.array([float(hosts.capacity_bytes(g, of)) for g, of in zip(gpus, offers, strict=True)])
+    peaks = np.array([[(g.peak_tflops(p) or 0.0) * 1e12 for p in PRECISION] for g in gpus]).reshape(
+        len(offers), len(PRECISION)
+    )
+    return cap, peaks
 
 
 def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards: np.ndarray, nodes: np.ndarray,
@@ -353,13 +393,9 @@ def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards:
     """
     link = consts["link_efficiency"]
     archs = sorted({g.arch for g in gpus})
-    n_off = len(offers)
     o = offer_idx
-    cap = np.array([float(hosts.capacity_bytes(g, of)) for g, of in zip(gpus, offers, strict=True)])
+    cap, peaks = card_facts(gpus, offers)
     bf16 = np.array([(g.bf16_tflops or g.fp16_tflops) * 1e12 for g in gpus])
-    peaks = np.array([[(g.peak_tflops(p) or 0.0) * 1e12 for p in PRECISION] for g in gpus]).reshape(
-        n_off, len(PRECISION)
-    )
     hbm = np.array([g.memory_bandwidth_gb_per_s * 1e9 for g in gpus])
     nvl = np.array(
         [g.nvlink_gb_per_s * 1e9 * link["nvlink"] if of.nvlink else 0.0 for g, of in zip(gpus, offers, strict=True)]
@@ -398,26 +434,45 @@ def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards:
 
 
 def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer], gpus: list[Gpu],
-             offer_idx: np.ndarray, cards: np.ndarray, nodes: np.ndarray, cfg: Configs) -> Evaluated:  # fmt: skip
-    """Memory, time and fit of every row (vectorised)."""
+             offer_idx: np.ndarray, cards: np.ndarray, nodes: np.ndarray, cfg: Configs,
+             fitting_only: bool = False) -> Evaluated:  # fmt: skip
+    """Memory, time and fit of every row (vectorised).
+
+    A row fits when its peak at the scenario's risk fits the card less headroom, the GPU runs its precision, its
+    offloaded states fit allow.max_host_memory_gib, its time is finite (and launches a pinned virtual_pipeline),
+    and the node's host RAM holds what it needs (hosts.py). Memory is computed first (:func:`memory_rows`, once
+    per distinct configuration); ``fitting_only`` (what :func:`build` asks) then evaluates the time model and the
+    host RAM rule only on the rows that passed the memory checks and returns only those rows (the others cannot
+    fit, whatever their time), with ``enumerated`` and ``smallest_by_offer`` still describing every row.
+    """
     cal = catalog.calibration
-    hw = hardware(gpus, offers, offer_idx, cards, nodes, cfg.precision, cal["timing"])
-    mem = memory.breakdown(job, cfg, cal["memory"])
-    usable = hw.capacity_bytes * (1.0 - scenario.headroom)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = hosts.wall_clock(job, cfg, hw, offers, offer_idx, nodes, cal)
+    engine = engines.engine_key(scenario, job)
+    mem = memory_rows(job, cfg, cal["memory"])
     if cal.get("overlay") is not None:  # a user's calibration overlay: a final correction per group (overlay.py)
-        arch = np.array([g.arch for g in gpus], dtype=object)[offer_idx]
-        mem, t = apply_overlay(cal["overlay"], mem, t, arch, cfg.precision, engines.engine_key(scenario, job),
-                               job.method.value, job.steps)  # fmt: skip
+        mem = scale_memory(cal["overlay"], mem, engine, job.method.value)
+    enumerated, smallest = len(cfg), smallest_per_offer(mem["total"], offer_idx, len(offers))
+    cap, peaks = card_facts(gpus, offers)
+    usable = (cap * (1.0 - scenario.headroom))[offer_idx] if len(offers) else np.zeros(0)
+    peak = peaks[offer_idx, cfg.precision] if len(offers) else np.zeros(0)
     at_risk = mem["total"] * memory_risk(scenario, cal)  # the peak at the scenario's risk percentile must fit
-    fits = (at_risk <= usable) & np.isfinite(t["hours"]) & (hw.peak_flops > 0)
-    pinned_chunks = scenario.plan.virtual_pipeline
-    if pinned_chunks is not None and pinned_chunks > 1:  # a pin launches exactly its chunks (models/pipeline.py)
-        fits &= t["pipeline_chunks"] == pinned_chunks
+    fits = (at_risk <= usable) & (peak > 0)
     host_gib = scenario.allow.max_host_memory_gib
     if host_gib is not None:  # offloaded states must also fit in the node's RAM
         fits &= mem["cpu_offload"] <= host_gib * 2**30
+    if fitting_only:  # the time model only where the memory fits
+        keep = np.flatnonzero(fits)
+        offer_idx, cards, nodes, cfg, fits = offer_idx[keep], cards[keep], nodes[keep], cfg.take(keep), fits[keep]
+        mem = {k: v[keep] for k, v in mem.items()}
+    hw = hardware(gpus, offers, offer_idx, cards, nodes, cfg.precision, cal["timing"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = hosts.wall_clock(job, cfg, hw, offers, offer_idx, nodes, cal)
+    if cal.get("overlay") is not None:
+        arch = np.array([g.arch for g in gpus], dtype=object)[offer_idx]
+        t = scale_time(cal["overlay"], t, arch, cfg.precision, engine, job.method.value, job.steps)
+    fits &= np.isfinite(t["hours"])
+    pinned_chunks = scenario.plan.virtual_pipeline
+    if pinned_chunks is not None and pinned_chunks > 1:  # a pin launches exactly its chunks (models/pipeline.py)
+        fits &= t["pipeline_chunks"] == pinned_chunks
     short = np.zeros(len(fits), dtype=bool)
     if cal.get("hosts"):  # offloaded states and the ranks' processes must fit in the node's RAM (hosts.py rule)
         ranks = hosts.ranks_per_node(cards, offers, offer_idx)
@@ -425,7 +480,39 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
         ram_ok = hosts.ram_fits(need, hosts.host_ram_bytes(offers, offer_idx, ranks, cal["hosts"], host_gib))
         short = fits & ~ram_ok
         fits &= ram_ok
-    return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits, ram_short=short)
+    return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits, ram_short=short, enumerated=enumerated,
+                     smallest_by_offer=smallest)
+
+
+def memory_rows(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """memory.breakdown of every row, evaluated once per distinct configuration and spread over the rows.
+
+    The memory model reads the configuration only, never the GPU or the offer, and the same layouts and knobs
+    recur on every offer, so the distinct configurations are a few per cent of the rows. Every memory function is
+    elementwise, so each row gets exactly the bytes a call on all rows would give it.
+    """
+    if len(cfg) == 0:
+        return memory.breakdown(job, cfg, consts)
+    key, span = np.zeros(len(cfg), dtype=np.int64), 1
+    for f in dataclasses.fields(cfg):  # one integer per configuration, mixed radix over the columns
+        col = np.asarray(getattr(cfg, f.name), dtype=np.int64)
+        low = int(col.min())
+        width = int(col.max()) - low + 1
+        if span * width >= 2**62:  # renumber the keys so far densely before they overflow
+            key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+            span = int(key.max()) + 1
+        key, span = key * width + (col - low), span * width
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    parts = memory.breakdown(job, cfg.take(first), consts)
+    inverse = inverse.reshape(-1)
+    return {k: v[inverse] for k, v in parts.items()}
+
+
+def smallest_per_offer(total: np.ndarray, offer_idx: np.ndarray, n_offers: int) -> np.ndarray:
+    """The smallest per-GPU total over each offer's rows (bytes, (n_offers,)); -1 for an offer without rows."""
+    out = np.full(n_offers, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(out, offer_idx, total.astype(np.int64))
+    return np.where(out == np.iinfo(np.int64).max, -1, out)
 
 
 def ram_short_summary(ev: Evaluated, offers: list[Offer], hosts_cal: Mapping[str, Any],
@@ -468,9 +555,11 @@ def engine_capabilities(scenario: Scenario, catalog: Catalog, arch: Any, source:
 
 
 def enumerate_all(
-    scenario: Scenario, catalog: Catalog, arch: Any, source: str, replay: bool = False
+    scenario: Scenario, catalog: Catalog, arch: Any, source: str, replay: bool = False, fitting_only: bool = False
 ) -> tuple[Job, list[Offer], list[Gpu], Evaluated]:
     """Every configuration allowed by the pins, evaluated (before the fit filter and pruning).
+
+    ``fitting_only``: only the rows whose memory fits are evaluated and returned (:func:`evaluate`).
 
     ``replay``: evaluate a published run's pinned configuration as it was measured, without the engine's launch
     rules (reference cases stand a run of another stack, e.g. torchtitan at tp 8, by the framework whose defaults
@@ -500,7 +589,7 @@ def enumerate_all(
         grad_accum=job.global_batch // np.maximum(rows[:, 5] * m, 1), checkpointing=ck, precision=prec,
         optimizer=column(np.full(len(li), optimizer_code)),
     )  # fmt: skip
-    ev = evaluate(job, scenario, catalog, offers, gpus, rows[:, 0], rows[:, 1], rows[:, 2], cfg)
+    ev = evaluate(job, scenario, catalog, offers, gpus, rows[:, 0], rows[:, 1], rows[:, 2], cfg, fitting_only)
     return job, offers, gpus, ev
 
 
@@ -545,14 +634,14 @@ def bill_rows(
 
 def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenario") -> Space:
     """Enumerate, evaluate, filter by memory, prune by dominance, and bill the survivors."""
-    job, offers, gpus, ev = enumerate_all(scenario, catalog, arch, source)
+    job, offers, gpus, ev = enumerate_all(scenario, catalog, arch, source, fitting_only=True)
     currency = report_currency(scenario, offers)
     fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
     need: dict[str, int] = {}
+    smallest = ev.smallest_by_offer if ev.smallest_by_offer is not None else np.zeros(0, dtype=np.int64)
     for gi, g in enumerate(gpus):
-        rows = ev.offer_idx == gi
-        if rows.any():
-            need[g.id] = min(need.get(g.id, 2**62), int(ev.mem["total"][rows].min()))
+        if smallest[gi] >= 0:  # the offer has rows
+            need[g.id] = min(need.get(g.id, 2**62), int(smallest[gi]))
     keep = prune(ev)
     keep = keep[ev.time["hours"][keep] <= MAX_JOB_HOURS] if keep.size else keep
     if keep.size == 0 and ev.fits.any():
@@ -576,7 +665,8 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
     budget_total = None
     if scenario.risk_limits:  # the deadline and budget hold at the slow end: margin and bill at the risk's hours
         cand, budget_total = limits_at_risk(job, scenario, catalog.calibration.get("accuracy", {}), cand, offers, fx)
-    return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, len(ev), int(ev.fits.sum()), need,
+    return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, ev.enumerated or 0,
+                 int(ev.fits.sum()), need,
                  catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"),
                  catalog.calibration.get("hosts", {}),
                  ram_short_summary(ev, offers, catalog.calibration.get("hosts", {}),
