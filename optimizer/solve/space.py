@@ -15,6 +15,8 @@ pruning never removes a plan that a constraint would prefer.
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,6 +134,8 @@ class Space:
     # per node), offer id and the RAM its node has (explain.py names them when nothing else fits)
     ram_short: tuple[int, str, int] | None = None
     budget_total: np.ndarray | None = None  # risk_limits: the bill at the slow end, checked against the budget
+    # (offers evaluated, offers) when a deadline cut the build short (build): the candidates omit the rest
+    searched: tuple[int, int] | None = None
     # what the solver derives once from the candidates (solver.columns), reused by every solve of this space
     solver_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -522,14 +526,30 @@ def ram_short_summary(ev: Evaluated, offers: list[Offer], hosts_cal: Mapping[str
     Among the configurations that fit their cards but not their node's host RAM, the one with the smallest need -
     RAM; None when there is none.
     """
-    rows = np.flatnonzero(ev.ram_short)
-    if not rows.size or not hosts_cal:
-        return None
+    return closest_ram_short(*ram_short_rows(ev, offers, hosts_cal, override_gib), offers)
+
+
+def ram_short_rows(ev: Evaluated, offers: list[Offer], hosts_cal: Mapping[str, Any], override_gib: float | None,
+                   offset: int = 0) -> tuple[np.ndarray, ...]:  # fmt: skip
+    """(row, need, RAM, offer) of the rows that fit their cards but not their node's host RAM.
+
+    The rows are numbered by position plus ``offset`` (build's chunks: increasing over the whole enumeration).
+    """
+    rows = np.flatnonzero(ev.ram_short) if hosts_cal else np.zeros(0, dtype=np.int64)
     ranks = hosts.ranks_per_node(ev.cards[rows], offers, ev.offer_idx[rows])
-    need = hosts.host_ram_need(ev.mem["cpu_offload"][rows], ranks, hosts_cal)
-    have = hosts.host_ram_bytes(offers, ev.offer_idx[rows], ranks, hosts_cal, override_gib)
+    need = hosts.host_ram_need(ev.mem["cpu_offload"][rows], ranks, hosts_cal) if rows.size else np.zeros(0)
+    have = hosts.host_ram_bytes(offers, ev.offer_idx[rows], ranks, hosts_cal, override_gib) if rows.size \
+        else np.zeros(0)  # fmt: skip
+    return rows + offset, need, have, ev.offer_idx[rows]
+
+
+def closest_ram_short(rows: np.ndarray, need: np.ndarray, have: np.ndarray, offer_idx: np.ndarray,
+                      offers: list[Offer]) -> tuple[int, str, int] | None:  # fmt: skip
+    """The smallest need - RAM of :func:`ram_short_rows` (then the smallest need, then the first row)."""
+    if not rows.size:
+        return None
     k = int(np.lexsort((rows, need, need - have))[0])
-    return int(need[k]), offers[int(ev.offer_idx[rows[k]])].id, int(have[k])
+    return int(need[k]), offers[int(offer_idx[k])].id, int(have[k])
 
 
 def engine_capabilities(scenario: Scenario, catalog: Catalog, arch: Any, source: str) -> Capabilities:
@@ -554,12 +574,38 @@ def engine_capabilities(scenario: Scenario, catalog: Catalog, arch: Any, source:
     return cap
 
 
-def enumerate_all(
-    scenario: Scenario, catalog: Catalog, arch: Any, source: str, replay: bool = False, fitting_only: bool = False
-) -> tuple[Job, list[Offer], list[Gpu], Evaluated]:
-    """Every configuration allowed by the pins, evaluated (before the fit filter and pruning).
+@dataclass
+class Configurations:
+    """Every configuration the pins allow, before evaluation; each offer's rows are consecutive, in offer order."""
 
-    ``fitting_only``: only the rows whose memory fits are evaluated and returned (:func:`evaluate`).
+    job: Job
+    offers: list[Offer]
+    gpus: list[Gpu]
+    offer_idx: np.ndarray
+    cards: np.ndarray
+    nodes: np.ndarray
+    cfg: Configs
+
+    def chunks(self, rows: int) -> list[slice]:
+        """Consecutive row ranges of whole offers, each of at most ``rows`` rows unless one offer has more."""
+        starts = np.flatnonzero(np.diff(self.offer_idx)) + 1  # where a new offer's rows begin
+        bounds = [0]
+        for start in starts.tolist():
+            if start - bounds[-1] >= rows:
+                bounds.append(start)
+        bounds.append(len(self.offer_idx))
+        return [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+
+    def evaluate(self, scenario: Scenario, catalog: Catalog, rows: slice = slice(None),
+                 fitting_only: bool = False) -> Evaluated:  # fmt: skip
+        """:func:`evaluate` of the rows ``rows``."""
+        return evaluate(self.job, scenario, catalog, self.offers, self.gpus, self.offer_idx[rows], self.cards[rows],
+                        self.nodes[rows], self.cfg.take(rows), fitting_only)  # fmt: skip
+
+
+def configurations(scenario: Scenario, catalog: Catalog, arch: Any, source: str,
+                   replay: bool = False) -> Configurations:  # fmt: skip
+    """Every configuration allowed by the pins, the engine and the layouts (not yet evaluated).
 
     ``replay``: evaluate a published run's pinned configuration as it was measured, without the engine's launch
     rules (reference cases stand a run of another stack, e.g. torchtitan at tp 8, by the framework whose defaults
@@ -589,8 +635,18 @@ def enumerate_all(
         grad_accum=job.global_batch // np.maximum(rows[:, 5] * m, 1), checkpointing=ck, precision=prec,
         optimizer=column(np.full(len(li), optimizer_code)),
     )  # fmt: skip
-    ev = evaluate(job, scenario, catalog, offers, gpus, rows[:, 0], rows[:, 1], rows[:, 2], cfg, fitting_only)
-    return job, offers, gpus, ev
+    return Configurations(job, offers, gpus, rows[:, 0], rows[:, 1], rows[:, 2], cfg)
+
+
+def enumerate_all(
+    scenario: Scenario, catalog: Catalog, arch: Any, source: str, replay: bool = False
+) -> tuple[Job, list[Offer], list[Gpu], Evaluated]:
+    """Every configuration allowed by the pins, evaluated (before the fit filter and pruning).
+
+    ``replay``: as in :func:`configurations`.
+    """
+    conf = configurations(scenario, catalog, arch, source, replay)
+    return conf.job, conf.offers, conf.gpus, conf.evaluate(scenario, catalog)
 
 
 def prune(ev: Evaluated) -> np.ndarray:
@@ -632,24 +688,51 @@ def bill_rows(
     return totals, [by_row[i] for i in range(len(ev))]
 
 
-def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenario") -> Space:
-    """Enumerate, evaluate, filter by memory, prune by dominance, and bill the survivors."""
-    job, offers, gpus, ev = enumerate_all(scenario, catalog, arch, source, fitting_only=True)
+BUILD_CHUNK_ROWS = 100_000  # configurations evaluated at a time (whole offers): bounds memory, lets a deadline cut in
+
+
+def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenario",
+          deadline: float | None = None) -> Space:  # fmt: skip
+    """Enumerate, evaluate, filter by memory, prune by dominance, and bill the survivors.
+
+    The configurations are evaluated and pruned a chunk of whole offers at a time (:data:`BUILD_CHUNK_ROWS`);
+    pruning is per (offer, cards), so the survivors are those of one pass over every row. ``deadline``
+    (time.monotonic()): once it has passed and some configuration fits, the offers not yet evaluated are left out
+    and the space records it (``Space.searched``): the search was cut short and proves nothing about them.
+    """
+    conf = configurations(scenario, catalog, arch, source)
+    job, offers, gpus = conf.job, conf.offers, conf.gpus
     currency = report_currency(scenario, offers)
     fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
+    kept: list[Evaluated] = []
+    short: list[tuple[np.ndarray, ...]] = []
+    smallest = np.full(len(offers), -1, dtype=np.int64)
+    enumerated = fitting = 0
+    fastest = math.inf
+    searched: tuple[int, int] | None = None
+    hosts_cal = catalog.calibration.get("hosts", {})
+    for rows in conf.chunks(BUILD_CHUNK_ROWS):
+        if deadline is not None and fitting and time.monotonic() >= deadline:
+            searched = (int(conf.offer_idx[rows.start]), len(offers))  # offers before this chunk's first
+            break
+        ev = conf.evaluate(scenario, catalog, rows, fitting_only=True)
+        enumerated += rows.stop - rows.start
+        fitting += int(ev.fits.sum())
+        seen = ev.smallest_by_offer if ev.smallest_by_offer is not None else smallest
+        smallest = np.where(seen >= 0, seen, smallest)
+        if ev.fits.any():
+            fastest = min(fastest, float(ev.time["hours"][ev.fits].min()))
+        short.append(ram_short_rows(ev, offers, hosts_cal, scenario.allow.max_host_memory_gib, rows.start))
+        keep = prune(ev)
+        kept.append(ev.take(keep[ev.time["hours"][keep] <= MAX_JOB_HOURS] if keep.size else keep))
     need: dict[str, int] = {}
-    smallest = ev.smallest_by_offer if ev.smallest_by_offer is not None else np.zeros(0, dtype=np.int64)
     for gi, g in enumerate(gpus):
         if smallest[gi] >= 0:  # the offer has rows
             need[g.id] = min(need.get(g.id, 2**62), int(smallest[gi]))
-    keep = prune(ev)
-    keep = keep[ev.time["hours"][keep] <= MAX_JOB_HOURS] if keep.size else keep
-    if keep.size == 0 and ev.fits.any():
-        fastest = float(ev.time["hours"][ev.fits].min())
-        if fastest > MAX_JOB_HOURS:
-            raise InputError(source, "data", f"the fastest plan that fits takes {fastest:,.0f} hours, more "
-                             f"than the {MAX_JOB_HOURS:,} hours (100 years) ftopt plans for; reduce the data")
-    cand = ev.take(keep)
+    cand = concat(kept) if kept else conf.evaluate(scenario, catalog, slice(0, 0), fitting_only=True)
+    if len(cand) == 0 and fitting and fastest > MAX_JOB_HOURS:
+        raise InputError(source, "data", f"the fastest plan that fits takes {fastest:,.0f} hours, more "
+                         f"than the {MAX_JOB_HOURS:,} hours (100 years) ftopt plans for; reduce the data")
     pinned = scenario.plan.capacity
     if (scenario.allow.spot or pinned == "spot") and catalog.calibration.get("hosts"):
         cand = hosts.add_spot_rows(cand, offers, catalog.calibration["hosts"], pinned)
@@ -665,13 +748,29 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
     budget_total = None
     if scenario.risk_limits:  # the deadline and budget hold at the slow end: margin and bill at the risk's hours
         cand, budget_total = limits_at_risk(job, scenario, catalog.calibration.get("accuracy", {}), cand, offers, fx)
-    return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, ev.enumerated or 0,
-                 int(ev.fits.sum()), need,
-                 catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"),
-                 catalog.calibration.get("hosts", {}),
-                 ram_short_summary(ev, offers, catalog.calibration.get("hosts", {}),
-                                   scenario.allow.max_host_memory_gib),
-                 budget_total)  # fmt: skip
+    return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, enumerated, fitting, need,
+                 catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"), hosts_cal,
+                 closest_ram_short(*(np.concatenate(c) for c in zip(*short, strict=True)), offers) if short else None,
+                 budget_total, searched=searched)  # fmt: skip
+
+
+def concat(parts: list[Evaluated]) -> Evaluated:
+    """The rows of several Evaluated, in order (build's chunks)."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+
+    def cat(get: Any) -> np.ndarray:
+        return np.concatenate([get(p) for p in parts])
+
+    return Evaluated(
+        offer_idx=cat(lambda p: p.offer_idx), cards=cat(lambda p: p.cards), nodes=cat(lambda p: p.nodes),
+        cfg=Configs(**{f.name: cat(lambda p, n=f.name: getattr(p.cfg, n)) for f in dataclasses.fields(first.cfg)}),
+        hw=Hardware(**{f.name: cat(lambda p, n=f.name: getattr(p.hw, n)) for f in dataclasses.fields(first.hw)}),
+        mem={k: cat(lambda p, k=k: p.mem[k]) for k in first.mem}, time={k: cat(lambda p, k=k: p.time[k])
+                                                                         for k in first.time},
+        fits=cat(lambda p: p.fits), capacity=cat(lambda p: p.capacity), ram_short=cat(lambda p: p.ram_short),
+    )  # fmt: skip
 
 
 def memory_risk(scenario: Scenario, calibration: Mapping[str, Any]) -> float:
