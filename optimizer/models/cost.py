@@ -118,6 +118,29 @@ def bills(hours: np.ndarray, offer: Offer, terms: frozenset[Term] | None = None)
     return out
 
 
+def hourly_only(offer: Offer, terms: frozenset[Term] | None = None) -> bool:
+    """Whether the offer's bill is hourly time alone: it prices the hour only, and the terms allow it."""
+    return set(offer.prices) == {Term.hour} and (not terms or Term.hour in terms)
+
+
+def hourly_bills(hours: np.ndarray, price: np.ndarray, increment_s: np.ndarray) -> list[Bill]:
+    """:func:`bills` of rows on offers that price the hour only (:func:`hourly_only`), many offers at once.
+
+    Each row is billed p_hour x ceil_inc(max(0, H)) with its own offer's price and increment: the module formula
+    with no long-term cover (every k > 0 costs an infinite cover), computed with the same operations in the same
+    order, so each bill is the one :func:`bills` gives the row on its own offer.
+    """
+    hours = np.asarray(hours, dtype=np.float64)
+    n_inc = _hourly_units(np.maximum(hours - 0.0, 0.0), increment_s)
+    amount = n_inc * price * increment_s / 3600.0
+    out: list[Bill] = []
+    for count, total, inc in zip(n_inc.tolist(), amount.tolist(), increment_s.tolist(), strict=True):
+        units = {_INCREMENT_UNIT.get(inc, "second"): int(count * (inc if inc not in _INCREMENT_UNIT else 1))} \
+            if count > 0 else {}  # fmt: skip
+        out.append(Bill(per_card=total + 0.0, units=units))
+    return out
+
+
 def bill(hours: float, offer: Offer, terms: frozenset[Term] | None = None) -> Bill:
     """Cheapest bill per card for one duration."""
     return bills(np.array([hours]), offer, terms)[0]

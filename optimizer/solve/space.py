@@ -25,7 +25,7 @@ import numpy as np
 
 from optimizer.inputs.catalog import Catalog
 from optimizer.inputs.errors import InputError, SolverLimitError, did_you_mean
-from optimizer.inputs.schema import Checkpointing, Offload, Precision, Scenario
+from optimizer.inputs.schema import Checkpointing, Offload, Precision, Scenario, Term
 from optimizer.inputs.schema_catalog import Gpu, Offer
 from optimizer.models import cost, engines, hosts, memory
 from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
@@ -679,11 +679,24 @@ def bill_rows(
     terms = scenario.billing_terms
     totals = np.zeros(len(ev))
     by_row: dict[int, cost.Bill] = {}
+    hourly: list[np.ndarray] = []  # rows on offers billed by the hour alone: one vectorised call for all of them
     for oi, cap in sorted({(int(o), int(c)) for o, c in zip(ev.offer_idx, ev.capacity, strict=True)}):
         rows = np.flatnonzero((ev.offer_idx == oi) & (ev.capacity == cap))
         billed = hosts.spot_offer(offers[oi]) if cap == hosts.SPOT else offers[oi]  # spot: its hourly spot price
+        if cost.hourly_only(billed, terms):
+            hourly.append(rows)
+            continue
         for r, b in zip(rows, cost.bills(ev.time["hours"][rows], billed, terms), strict=True):
             totals[r] = b.per_card * ev.cards[r] * fx[oi]
+            by_row[int(r)] = b
+    if hourly:
+        rows = np.concatenate(hourly)
+        spot = ev.capacity[rows] == hosts.SPOT
+        price = np.array([(offers[int(o)].spot.price if s else offers[int(o)].prices[Term.hour]).amount  # type: ignore[union-attr]
+                          for o, s in zip(ev.offer_idx[rows], spot, strict=True)])  # fmt: skip
+        increment = np.array([offers[int(o)].hour_increment_s for o in ev.offer_idx[rows]], dtype=np.int64)
+        for r, b in zip(rows, cost.hourly_bills(ev.time["hours"][rows], price, increment), strict=True):
+            totals[r] = b.per_card * ev.cards[r] * fx[int(ev.offer_idx[r])]
             by_row[int(r)] = b
     return totals, [by_row[i] for i in range(len(ev))]
 
