@@ -380,7 +380,8 @@ def card_facts(gpus: list[Gpu], offers: list[Offer]) -> tuple[np.ndarray, np.nda
 
 
 def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards: np.ndarray, nodes: np.ndarray,
-             precision: np.ndarray, consts: dict[str, Any]) -> Hardware:  # fmt: skip
+             precision: np.ndarray, consts: dict[str, Any],
+             facts: tuple[np.ndarray, np.ndarray] | None = None) -> Hardware:  # fmt: skip
     """Per-row hardware arrays from the catalog: capacity, peak of the precision, links, efficiency.
 
     Link bandwidths are per GPU and direction, link peak x ``link_efficiency`` (calibration ``timing``):
@@ -398,7 +399,7 @@ def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards:
     link = consts["link_efficiency"]
     archs = sorted({g.arch for g in gpus})
     o = offer_idx
-    cap, peaks = card_facts(gpus, offers)
+    cap, peaks = facts if facts is not None else card_facts(gpus, offers)  # evaluate passes the ones it read
     bf16 = np.array([(g.bf16_tflops or g.fp16_tflops) * 1e12 for g in gpus])
     hbm = np.array([g.memory_bandwidth_gb_per_s * 1e9 for g in gpus])
     nvl = np.array(
@@ -467,7 +468,7 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
         keep = np.flatnonzero(fits)
         offer_idx, cards, nodes, cfg, fits = offer_idx[keep], cards[keep], nodes[keep], cfg.take(keep), fits[keep]
         mem = {k: v[keep] for k, v in mem.items()}
-    hw = hardware(gpus, offers, offer_idx, cards, nodes, cfg.precision, cal["timing"])
+    hw = hardware(gpus, offers, offer_idx, cards, nodes, cfg.precision, cal["timing"], (cap, peaks))
     with np.errstate(divide="ignore", invalid="ignore"):
         t = hosts.wall_clock(job, cfg, hw, offers, offer_idx, nodes, cal)
     if cal.get("overlay") is not None:
@@ -716,7 +717,7 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
     conf = configurations(scenario, catalog, arch, source)
     job, offers, gpus = conf.job, conf.offers, conf.gpus
     currency = report_currency(scenario, offers)
-    fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
+    fx = fx_rates(catalog, offers, currency, source)
     kept: list[Evaluated] = []
     short: list[tuple[np.ndarray, ...]] = []
     smallest = np.full(len(offers), -1, dtype=np.int64)
@@ -765,6 +766,15 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
                  catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"), hosts_cal,
                  closest_ram_short(*(np.concatenate(c) for c in zip(*short, strict=True)), offers) if short else None,
                  budget_total, searched=searched)  # fmt: skip
+
+
+def fx_rates(catalog: Catalog, offers: list[Offer], currency: str, source: str) -> list[float]:
+    """Per offer, the rate from its currency into ``currency`` (cost.fx_rate, looked up once per currency)."""
+    rates: dict[str, float] = {}
+    for o in offers:
+        if o.currency not in rates:
+            rates[o.currency] = cost.fx_rate(catalog, o.currency, currency, source)
+    return [rates[o.currency] for o in offers]
 
 
 def concat(parts: list[Evaluated]) -> Evaluated:
