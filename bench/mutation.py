@@ -70,6 +70,7 @@ MEM, ACT = "optimizer/models/memory.py", "optimizer/models/activations.py"
 TIM, COST = "optimizer/models/timing.py", "optimizer/models/cost.py"
 COMM = "optimizer/models/comm.py"  # collective volumes and latencies (module "timing": the step-time model)
 SOLVER, PARETO, LIMITS = "optimizer/solve/solver.py", "optimizer/solve/pareto.py", "optimizer/solve/limits.py"
+DOMINANCE = "optimizer/solve/dominance.py"  # the candidates that can be optimal (pareto, solve and batch use them)
 SPACE, VALID = "optimizer/solve/space.py", "optimizer/solve/validator.py"
 PF_PLAN, PF_SOLVE = "optimizer/portfolio/plan.py", "optimizer/portfolio/schedule.py"
 PORTFOLIO_TESTS = ["tests/test_portfolio_values.py", "tests/test_portfolio.py", "tests/test_portfolio_oracle.py"]
@@ -212,21 +213,21 @@ MUTATIONS: list[Mutation] = [
     _m("space-risk-ignored", "solver", SPACE, r'at_risk = mem\["total"\] \* memory_risk\(scenario, cal\)',
        'at_risk = mem["total"]', ["tests/test_risk.py"], "plans fitted at the prediction, not the risk (item 4)"),
     # ---- pareto
-    _m("pareto-limit-forgotten", "pareto", PARETO, r"        if not spec\.monotone:",
+    _m("pareto-limit-forgotten", "pareto", DOMINANCE, r"        if not spec\.monotone:",
        '        if not spec.monotone and spec.key != "max_cards":', ["tests/test_limits_registry.py"],
        "a user limit left out of the front's reduction (issue 23: a feasible scenario called infeasible)"),
     _m("pareto-epsilon-not-stepped", "pareto", PARETO, r"eps_s = time_s - 1", "eps_s = time_s",
        ["tests/test_pareto.py"], "epsilon bound not moved past the last point (a sweep that never ends)"),
-    _m("pareto-dominated-kept", "pareto", PARETO, r"out\[idx\[~\(le & lt\)\.any\(axis=1\)\]\] = True",
+    _m("pareto-dominated-kept", "pareto", DOMINANCE, r"out\[idx\[~\(le & lt\)\.any\(axis=1\)\]\] = True",
        "out[idx] = True", ["tests/test_pareto.py"], "dominated candidates kept"),
-    _m("pareto-ties-dropped", "pareto", PARETO, r"le = \(c\[None, :\] <= c\[:, None\]\)",
+    _m("pareto-ties-dropped", "pareto", DOMINANCE, r"le = \(c\[None, :\] <= c\[:, None\]\)",
        "le = (c[None, :] < c[:, None])", ["tests/test_pareto.py"], "dominance test with strict cost"),
     # ---- space
     _m("space-kv-heads-unchecked", "space", SPACE, r"if arch\.heads % tp or arch\.kv_heads % tp or",
        "if arch.heads % tp or", ["tests/test_survivors.py", "tests/test_batch_grid.py", "tests/test_solver_oracle.py"],
        "tp must divide the KV heads"),
     _m("space-fit-filter-dropped", "space", SPACE,
-       r'fits = \(at_risk <= usable\) & np\.isfinite\(t\["hours"\]\)', 'fits = np.isfinite(t["hours"])',
+       r"fits = \(at_risk <= usable\) & \(peak > 0\)", "fits = peak > 0",
        ["tests/test_scenarios.py", "tests/test_solver_oracle.py"], "plans that do not fit are kept"),
     _m("space-host-limit-ignored", "space", SPACE, r'fits &= mem\["cpu_offload"\] <= host_gib \* 2\*\*30',
        "pass", ["tests/test_scenarios.py"], "allow.max_host_memory_gib ignored"),

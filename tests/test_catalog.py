@@ -9,7 +9,7 @@ from datetime import date
 import pytest
 import yaml
 
-from optimizer.inputs.catalog import CATALOG_DIR, default_offer_files
+from optimizer.inputs.catalog import CATALOG_DIR, default_offer_files, load_catalog
 from optimizer.inputs.schema_catalog import Gpu, Offer
 
 OFFER_FILES = default_offer_files()
@@ -124,3 +124,21 @@ def test_a_user_file_is_read_by_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine.yaml").write_text("offers: []\n")
     assert resolve_offer_file("mine.yaml", "s.yaml", "catalog").resolve() == (tmp_path / "mine.yaml").resolve()
+
+
+def test_the_catalog_cache_follows_the_files_content(tmp_path):
+    """Batch workers parse a catalog once, yet an offers file edited in place is read again, not served stale."""
+    path = tmp_path / "mine.yaml"
+
+    def write(amount: float) -> None:
+        path.write_text(yaml.safe_dump({"schema_version": 1, "currency": "USD", "offers": [{
+            "id": "mine", "provider": "Me", "gpu": "H100-SXM", "cards_per_node": 8,
+            "prices": {"hour": {"amount": amount, "source": "a quote", "as_of": "2026-12-01"}}}]}), encoding="utf-8")
+
+    write(2.5)
+    first = load_catalog([path])
+    assert load_catalog([path]) is first  # same bytes: the parsed catalog is reused
+    write(3.75)
+    assert load_catalog([path]).offers[0].prices["hour"].amount == 3.75
+    write(2.5)
+    assert load_catalog([path]).offers[0].prices["hour"].amount == 2.5

@@ -139,3 +139,20 @@ def test_objective_time_and_cost_choose_different_plans(run_cli, write_scenario)
     assert plan(by_cost) != plan(by_time)
     assert by_time["time"]["hours"] < by_cost["time"]["hours"]
     assert by_cost["cost"]["total"] < by_time["cost"]["total"]
+
+
+def test_hourly_bills_of_many_offers_at_once_are_each_offers_own_bills():
+    """space.bill_rows bills every hour-only offer's rows in one call; each bill must be the one bills() gives."""
+    from optimizer.inputs.catalog import load_catalog
+
+    offers = [o for o in load_catalog().offers if cost.hourly_only(o)]
+    assert len({o.hour_increment_s for o in offers}) >= 2  # per-hour and finer increments side by side
+    rng = np.random.default_rng(0)
+    hours = np.concatenate([rng.uniform(0, 3000, 300), [0.0, 1.0, 24.0, 1e-12, 719.999999999]])
+    picks = rng.integers(0, len(offers), hours.size)
+    price = np.array([offers[i].prices[Term.hour].amount for i in picks])
+    increment = np.array([offers[i].hour_increment_s for i in picks])
+    together = cost.hourly_bills(hours, price, increment)
+    alone = [cost.bills(np.array([h]), offers[i])[0] for h, i in zip(hours, picks, strict=True)]
+    assert together == alone
+    assert not cost.hourly_only(offers[0], frozenset([Term.month]))  # a pinned month is not hourly time

@@ -136,7 +136,8 @@ def cli() -> None:
 @click.option("--budget", type=float, help="Budget amount in the scenario's budget currency.")
 @click.option("--deadline-hours", type=float, help="Wall-clock limit in hours.")
 @click.option("--top", "top_k", type=click.IntRange(1, 100), default=1, help="Also list the next best plans.")
-@click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT time limit (s).")
+@click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0,
+              help="Time limit for the whole answer, building the candidates and CP-SAT (s).")
 @click.option("--launch-dir", type=click.Path(file_okay=False), help=exporters.launch_dir_help())
 @catalog_option
 @add_catalog_option
@@ -245,7 +246,8 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
 @click.option("--workers", type=click.IntRange(1, 4096), help="Processes (default: the cores available).")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", help="Process pool or Ray.")
 @click.option("--address", help="Ray cluster address (default: start a local Ray).")
-@click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT limit per solve (s).")
+@click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0,
+              help="Time limit per scenario, building and CP-SAT (s).")
 @click.option("--strict", is_flag=True, help=f"Exit {EXIT_NO_PLAN} when any row is an error or infeasible.")
 @calibration_option
 @html_option

@@ -19,7 +19,7 @@ from optimizer.inputs.errors import InputError, did_you_mean
 from optimizer.inputs.inputfile import read_json
 from optimizer.inputs.schema import HfConfigRef, ModelArch, Scenario
 from optimizer.inputs.schema_catalog import Accuracy, FxFile, FxRate, Gpu, GpuFile, ModelFile, Offer, OfferFile
-from optimizer.inputs.yamlio import read_yaml, validate
+from optimizer.inputs.yamlio import read_file_bytes, read_yaml, validate
 
 # package folder: one level up from optimizer/<subpackage>/
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -81,8 +81,8 @@ def default_offer_files() -> list[Path]:
     return sorted((CATALOG_DIR / "offers").glob("*.yaml"))
 
 
-def _load_gpus(path: Path) -> dict[str, Gpu]:
-    doc = validate(GpuFile, read_yaml(path), str(path))
+def _load_gpus(path: Path, data: bytes | None = None) -> dict[str, Gpu]:
+    doc = validate(GpuFile, read_yaml(path, data), str(path))
     gpus: dict[str, Gpu] = {}
     for i, gpu in enumerate(doc.gpus):
         if gpu.id in gpus:
@@ -99,11 +99,12 @@ def _gpu_name_index(gpus: dict[str, Gpu]) -> dict[str, str]:
     return names
 
 
-def _load_offers(paths: list[Path], gpu_names: dict[str, str], gpus: dict[str, Gpu]) -> list[Offer]:
+def _load_offers(paths: list[Path], gpu_names: dict[str, str], gpus: dict[str, Gpu],
+                 data: dict[str, bytes | None] | None = None) -> list[Offer]:  # fmt: skip
     offers: list[Offer] = []
     seen: dict[str, str] = {}
     for path in paths:
-        doc = validate(OfferFile, read_yaml(path), str(path))
+        doc = validate(OfferFile, read_yaml(path, (data or {}).get(str(path))), str(path))
         for i, raw in enumerate(doc.offers):
             if not isinstance(raw, dict):
                 raise InputError(str(path), f"offers[{i}]", "expected a mapping")
@@ -126,28 +127,32 @@ def _load_offers(paths: list[Path], gpu_names: dict[str, str], gpus: dict[str, G
     return offers
 
 
-def _load_models(path: Path) -> dict[str, ModelArch]:
-    doc = validate(ModelFile, read_yaml(path), str(path))
+def _load_models(path: Path, data: bytes | None = None) -> dict[str, ModelArch]:
+    doc = validate(ModelFile, read_yaml(path, data), str(path))
     return {m.name.lower(): m for m in doc.models}
 
 
 @lru_cache(maxsize=8)
-def _load_cached(offer_files: tuple[str, ...], root: str) -> Catalog:
+def _load_cached(snapshot: tuple[tuple[str, bytes | None], ...], offer_files: tuple[str, ...], root: str) -> Catalog:
+    """The catalog of the files' contents in ``snapshot`` ((path, bytes or None when absent) of every file read)."""
+    data = dict(snapshot)
     base = Path(root)
-    gpus = _load_gpus(base / "gpus.yaml")
+    gpus = _load_gpus(base / "gpus.yaml", data[str(base / "gpus.yaml")])
     names = _gpu_name_index(gpus)
-    offers = _load_offers([Path(p) for p in offer_files], names, gpus)
+    offers = _load_offers([Path(p) for p in offer_files], names, gpus, data)
     fx_path = base / "fx.yaml"
-    fx = validate(FxFile, read_yaml(fx_path), str(fx_path)).rates if fx_path.exists() else []
+    fx_data = data[str(fx_path)]
+    fx = validate(FxFile, read_yaml(fx_path, fx_data), str(fx_path)).rates if fx_data is not None else []
     cal_path = base / "calibration.yaml"
-    calibration = read_yaml(cal_path) if cal_path.exists() else {}
+    cal_data = data[str(cal_path)]
+    calibration = read_yaml(cal_path, cal_data) if cal_data is not None else {}
     if isinstance(calibration, dict) and "accuracy" in calibration:
         accuracy = validate(Accuracy, calibration["accuracy"], str(cal_path), "accuracy.")
         calibration = {**calibration, "accuracy": accuracy.model_dump(exclude_none=True)}
     return Catalog(
         gpus=gpus,
         offers=offers,
-        models=_load_models(base / "models.yaml"),
+        models=_load_models(base / "models.yaml", data[str(base / "models.yaml")]),
         fx=list(fx),
         calibration=calibration or {},
         offer_files=offer_files,
@@ -158,10 +163,15 @@ def _load_cached(offer_files: tuple[str, ...], root: str) -> Catalog:
 def load_catalog(offer_files: list[str | Path] | None = None, root: Path = CATALOG_DIR) -> Catalog:
     """Load gpus.yaml, models.yaml, fx.yaml, calibration.yaml from ``root`` and the given offers files.
 
-    Loading is cached per (offer files, root), so batch workers parse each catalog once.
+    Loading is cached per process by the files' contents (every file is read, parsing is what the cache saves), so
+    batch workers parse each catalog once and an edited file is parsed again.
     """
     files = [resolve_offer_file(p, str(p), "catalog") for p in offer_files] if offer_files else default_offer_files()
-    return _load_cached(tuple(str(f) for f in files), str(root))
+    base = Path(root)
+    optional = (base / "fx.yaml", base / "calibration.yaml")
+    snapshot = tuple((str(p), read_file_bytes(p) if p not in optional or p.exists() else None)
+                     for p in (base / "gpus.yaml", *files, *optional, base / "models.yaml"))  # fmt: skip
+    return _load_cached(snapshot, tuple(str(f) for f in files), str(root))
 
 
 def builtin_offer_names() -> list[str]:

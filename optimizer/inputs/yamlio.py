@@ -84,14 +84,22 @@ def _shape(doc: Any) -> int:
 
 
 def _read_text(p: Path, label: str) -> str:
-    return decode_utf8(read_bytes(p, label, MAX_FILE_BYTES, "a YAML file"), label)
+    return decode_utf8(read_file_bytes(p), label)
 
 
-def read_yaml(path: str | Path) -> Any:
-    """Parse one YAML document safely; raise InputError naming the file (and line, column) on any problem."""
+def read_file_bytes(path: str | Path) -> bytes:
+    """The bytes of a YAML file, read within the input limit (a regular file of at most MAX_FILE_BYTES)."""
+    return read_bytes(Path(path), str(path), MAX_FILE_BYTES, "a YAML file")
+
+
+def read_yaml(path: str | Path, data: bytes | None = None) -> Any:
+    """Parse one YAML document safely; raise InputError naming the file (and line, column) on any problem.
+
+    ``data``: the file's bytes, already read (:func:`read_file_bytes`); None reads them now.
+    """
     p = Path(path)
     label = str(path)
-    text = _read_text(p, label)
+    text = _read_text(p, label) if data is None else decode_utf8(data, label)
     try:
         loader = _StrictLoader(text)
         try:

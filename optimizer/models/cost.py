@@ -42,21 +42,35 @@ class Bill:
 
 
 def _long_cover_table(offer: Offer, days: int, terms: frozenset[Term]) -> tuple[np.ndarray, np.ndarray]:
-    """cost[j], choice[j]: cheapest day/week/month mix covering >= j days, and the term bought last (-1 = none)."""
-    options = [
+    """cost[j], choice[j]: cheapest day/week/month mix covering >= j days, and the term bought last (-1 = none).
+
+    Entry j depends only on the entries below it, so the table of a price list is computed once per process and
+    extended when a longer job needs more days; every offer with the same long-term prices shares it.
+    """
+    options = tuple(
         (TERM_HOURS[t] // 24, offer.prices[t].amount, i)
         for i, t in enumerate(_LONG)
         if t in terms and t in offer.prices
-    ]
-    cost = np.full(days + 1, np.inf)
-    choice = np.full(days + 1, -1, dtype=np.int64)
-    cost[0] = 0.0
-    for j in range(1, days + 1):
-        for length, price, i in options:
-            c = price + cost[max(0, j - length)]
-            if c < cost[j] - 1e-12:
-                cost[j], choice[j] = c, i
-    return cost, choice
+    )
+    cost, choice = _COVER_TABLES.get(options, (None, None))
+    if cost is None or cost.size < days + 1:
+        cost = np.full(days + 1, np.inf)
+        choice = np.full(days + 1, -1, dtype=np.int64)
+        cost[0] = 0.0
+        for j in range(1, days + 1):
+            for length, price, i in options:
+                c = price + cost[max(0, j - length)]
+                if c < cost[j] - 1e-12:
+                    cost[j], choice[j] = c, i
+        cost.flags.writeable = choice.flags.writeable = False  # shared: read only
+        if len(_COVER_TABLES) >= _MAX_COVER_TABLES:
+            _COVER_TABLES.clear()
+        _COVER_TABLES[options] = (cost, choice)
+    return cost[: days + 1], choice[: days + 1]
+
+
+_COVER_TABLES: dict[tuple[tuple[int, float, int], ...], tuple[np.ndarray, np.ndarray]] = {}
+_MAX_COVER_TABLES = 512
 
 
 def _hourly_units(hours: np.ndarray, increment_s: int) -> np.ndarray:
@@ -101,6 +115,29 @@ def bills(hours: np.ndarray, offer: Offer, terms: frozenset[Term] | None = None)
         if n_inc[row, k] > 0:
             units[_INCREMENT_UNIT.get(inc, "second")] = int(n_inc[row, k] * (inc if inc not in _INCREMENT_UNIT else 1))
         out.append(Bill(per_card=amount, units=units))
+    return out
+
+
+def hourly_only(offer: Offer, terms: frozenset[Term] | None = None) -> bool:
+    """Whether the offer's bill is hourly time alone: it prices the hour only, and the terms allow it."""
+    return set(offer.prices) == {Term.hour} and (not terms or Term.hour in terms)
+
+
+def hourly_bills(hours: np.ndarray, price: np.ndarray, increment_s: np.ndarray) -> list[Bill]:
+    """:func:`bills` of rows on offers that price the hour only (:func:`hourly_only`), many offers at once.
+
+    Each row is billed p_hour x ceil_inc(max(0, H)) with its own offer's price and increment: the module formula
+    with no long-term cover (every k > 0 costs an infinite cover), computed with the same operations in the same
+    order, so each bill is the one :func:`bills` gives the row on its own offer.
+    """
+    hours = np.asarray(hours, dtype=np.float64)
+    n_inc = _hourly_units(np.maximum(hours - 0.0, 0.0), increment_s)
+    amount = n_inc * price * increment_s / 3600.0
+    out: list[Bill] = []
+    for count, total, inc in zip(n_inc.tolist(), amount.tolist(), increment_s.tolist(), strict=True):
+        units = {_INCREMENT_UNIT.get(inc, "second"): int(count * (inc if inc not in _INCREMENT_UNIT else 1))} \
+            if count > 0 else {}  # fmt: skip
+        out.append(Bill(per_card=total + 0.0, units=units))
     return out
 
 

@@ -102,6 +102,9 @@ def host_ram_bytes(offers: list[Offer], offer_idx: np.ndarray, ranks: np.ndarray
     """
     if not len(offers):
         return np.zeros(0)
+    used, offer_idx = np.unique(offer_idx, return_inverse=True)  # the rules of the offers the rows use only
+    offers = [offers[int(i)] for i in used]
+    offer_idx = offer_idx.reshape(-1)
     node = np.array([_nan_or(o.host.ram_gib if o.host else None, GIB) for o in offers])[offer_idx]
     card = np.array([_nan_or(o.host.ram_gib_per_card if o.host else None, GIB) for o in offers])[offer_idx]
     ram = np.where(np.isnan(node), card * ranks, node)

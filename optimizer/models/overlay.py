@@ -152,6 +152,12 @@ def time_factors(loaded: LoadedOverlay, arch: np.ndarray, precision: np.ndarray,
 def apply(loaded: LoadedOverlay, mem: dict[str, np.ndarray], time: dict[str, np.ndarray], arch: np.ndarray,
           precision: np.ndarray, engine: str, method: str, steps: int) -> tuple[dict, dict]:  # fmt: skip
     """The corrected memory parts and times (new dicts; see the module docstring for the formulas)."""
+    return scale_memory(loaded, mem, engine, method), scale_time(loaded, time, arch, precision, engine, method, steps)
+
+
+def scale_time(loaded: LoadedOverlay, time: dict[str, np.ndarray], arch: np.ndarray, precision: np.ndarray,
+               engine: str, method: str, steps: int) -> dict[str, np.ndarray]:  # fmt: skip
+    """The corrected times (a new dict): step x f_t, hours grown by the steps' extra seconds."""
     f_t = time_factors(loaded, arch, precision, engine, method)
     t = dict(time)
     step = time["step_seconds"]
@@ -159,11 +165,15 @@ def apply(loaded: LoadedOverlay, mem: dict[str, np.ndarray], time: dict[str, np.
     t["tokens_per_second"] = time["tokens_per_second"] / f_t
     t["mfu"] = time["mfu"] / f_t
     t["hours"] = time["hours"] + steps * step * (f_t - 1.0) / 3600.0
+    return t
+
+
+def scale_memory(loaded: LoadedOverlay, mem: dict[str, np.ndarray], engine: str, method: str) -> dict[str, np.ndarray]:
+    """The corrected memory parts (a new dict): each GPU part x the group's factor, rounded to bytes."""
     group = loaded.memory_group(engine, method)
     if group is None:
-        return dict(mem), t
-    scaled = {k: v if k == "cpu_offload" else np.rint(v * group.factor).astype(v.dtype) for k, v in mem.items()}
-    return scaled, t
+        return dict(mem)
+    return {k: v if k == "cpu_offload" else np.rint(v * group.factor).astype(v.dtype) for k, v in mem.items()}
 
 
 def group_accuracy(accuracy: Mapping[str, Any], loaded: LoadedOverlay | None, time_group: TimeGroup | None,

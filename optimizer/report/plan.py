@@ -51,7 +51,19 @@ def solve_json(result: SolveResult) -> dict[str, Any]:
         objective = result.scenario.objective.value
         doc["bound"] = {"objective": objective, "value": result.bound,
                         "unit": result.currency if objective == "cost" else "hours"}  # fmt: skip
+    if result.searched is not None:  # the time limit cut the build short: the plan is the best of the offers seen
+        doc["cut_short"] = {"offers_searched": result.searched[0], "offers": result.searched[1],
+                            "text": cut_short_text(result.searched)}  # fmt: skip
     return doc
+
+
+def cut_short_text(searched: tuple[int, int]) -> str:
+    """What a search cut short by the time limit covered, in words.
+
+    E.g. 'the time limit cut the search short after 40 of 300 offers; the best plan among them, not proven optimal'.
+    """
+    return (f"the time limit cut the search short after {searched[0]:,} of {searched[1]:,} offers; the best plan "
+            "among them, not proven optimal")
 
 
 def alternatives_json(r: Relaxation) -> dict[str, Any]:
@@ -271,8 +283,12 @@ def print_solve(result: SolveResult, console: Console) -> None:
         return
     for item in estimate_lines(result.best):
         console.print(item)
-    proof = "proven optimal by CP-SAT" if result.best.status.value == "optimal" else (
-        f"best found within the time limit; proven bound {result.bound:g}")
+    if result.searched is not None:
+        proof = cut_short_text(result.searched)
+    elif result.best.status.value == "optimal":
+        proof = "proven optimal by CP-SAT"
+    else:
+        proof = f"best found within the time limit; proven bound {result.bound:g}"
     console.print(f"Optimality: {proof}")
     if result.trade_off and result.trade_off["text"]:
         console.print(f"Trade-off: {escape(result.trade_off['text'])}")

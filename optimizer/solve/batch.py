@@ -16,7 +16,7 @@ Contract (README.md "Batches"; row keys in docs/json-contract.md):
   and any row that does not parse are dropped before the run.
 
 Workers solve with :func:`solve_row`, which hands CP-SAT only the candidates that can be optimal
-(pareto.relevant: the non-dominated ones among those the allow-lists admit, an exact reduction) and falls back
+(dominance.relevant: the non-dominated ones among those the allow-lists admit, an exact reduction) and falls back
 to the full space to explain an infeasible scenario. Each process caches the catalogs it loads
 (catalog.load_catalog), and the local pool forks from a parent that has imported everything, so a worker starts
 in milliseconds.
@@ -46,9 +46,9 @@ from typing import Any
 from optimizer.inputs.atomic import check_target, open_append, write_atomic
 from optimizer.inputs.errors import FtoptError, InputError, OutputError
 from optimizer.inputs.inputfile import read_bytes
+from optimizer.solve.dominance import relevant
 from optimizer.solve.explain import explain
-from optimizer.solve.pareto import relevant
-from optimizer.solve.planner import Overrides, load_space, named_limits, to_estimate
+from optimizer.solve.planner import Overrides, cut_short, load_space, named_limits, remaining, to_estimate
 from optimizer.solve.solver import SolverSettings, solve
 
 DEFAULT_SETTINGS = SolverSettings()  # CP-SAT defaults: 10 s limit, 1 worker, seed 0
@@ -110,11 +110,13 @@ def solve_row(path: str, settings: SolverSettings = DEFAULT_SETTINGS, calibratio
     row["scenario"] = path
     row["name"] = Path(path).stem
     try:
-        loaded = load_space(path, Overrides(calibration=calibration))
+        deadline = time.monotonic() + settings.time_limit_s  # the limit bounds the build and the solve together
+        loaded = load_space(path, Overrides(calibration=calibration), deadline)
         sc, catalog, source, space, limits = loaded.scenario, loaded.catalog, loaded.source, loaded.space, loaded.limits
         row["name"] = sc.name
         with named_limits(source):
-            out = solve(space, sc.objective, limits, settings, subset=relevant(space, limits), tolerance=sc.tolerance)
+            out = solve(space, sc.objective, limits, remaining(settings, deadline), subset=relevant(space, limits),
+                        tolerance=sc.tolerance)  # fmt: skip
             rel = explain(space, sc.objective, limits, settings, catalog, source) if out.index is None else None
         row["currency"] = space.currency
         if rel is not None:
@@ -122,7 +124,7 @@ def solve_row(path: str, settings: SolverSettings = DEFAULT_SETTINGS, calibratio
             row["error"] = rel.message
             return row
         assert out.index is not None
-        est = to_estimate(space, out.index, out.status)
+        est = to_estimate(space, out.index, cut_short(space, out.status))
         p = est.plan
         assert p is not None and est.time is not None
         row.update(status=est.status.value, gpu=p.gpu, cards=p.cards, nodes=p.nodes, tp=p.tp, dp=p.dp,

@@ -219,7 +219,7 @@ def _feasible(space: Space, objective: Objective, limits: Limits, settings: Solv
 def _shrink(space: Space, limits: Limits, settings: SolverSettings) -> list[str]:
     """A minimal set of allow-list limits that alone excludes every plan (CP-SAT core, then deletion filter)."""
     only_allow = limits.without(*MONOTONE)
-    out = solve(space, Objective.cost, only_allow, settings)
+    out = solve(space, Objective.cost, only_allow, settings, core=True)
     if out.index is not None:
         return []
     core = [n for n in out.binding if n in _ALLOW] or [n for n in _ALLOW if n in only_allow.active()]

@@ -5,6 +5,7 @@ This is the library entry point the CLI, batch and pareto call; it returns typed
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -34,9 +35,10 @@ from optimizer.models.overlay import LoadedOverlay, group_accuracy, load_overlay
 from optimizer.models.uncertainty import band
 from optimizer.solve import checklist, requirements
 from optimizer.solve.context import model_report, precision_notes, scenario_notes
+from optimizer.solve.dominance import allowed, nondominated, relevant
 from optimizer.solve.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.solve.offer_facts import offer_report, spot_report
-from optimizer.solve.solver import Limits, Outcome, SolverSettings, limits_from, solve
+from optimizer.solve.solver import Limits, Outcome, SolverSettings, cents, limits_from, seconds, solve
 from optimizer.solve.space import MAX_JOB_HOURS, Space, bill_rows, build, enumerate_all, memory_risk, report_currency
 
 
@@ -84,6 +86,7 @@ class SolveResult:
     enumerated: int
     launch: dict | None = None  # framework settings for the best plan (launch.py)
     trade_off: dict | None = None  # what the scenario's tolerance traded (trade_off)
+    searched: tuple[int, int] | None = None  # (offers evaluated, offers) when the time limit cut the build short
 
 
 def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scenario, Catalog, str]:
@@ -230,16 +233,29 @@ class Loaded:
     limits: Limits
 
 
-def load_space(path: str | Path, overrides: Overrides | None = None) -> Loaded:
-    """Load the scenario and its catalog, build the candidate space and the limits; bad pins are InputErrors."""
+def load_space(path: str | Path, overrides: Overrides | None = None, deadline: float | None = None) -> Loaded:
+    """Load the scenario and its catalog, build the candidate space and the limits; bad pins are InputErrors.
+
+    ``deadline`` (time.monotonic()): the build stops evaluating offers once it has passed (space.build).
+    """
     sc, catalog, source = prepare(path, overrides)
     arch = resolve_model(sc, catalog, path)
     allow = canonical_allow(sc, catalog, source)
     with named_limits(source):
-        space = build(sc, catalog, arch, source)
+        space = build(sc, catalog, arch, source, deadline)
     limits = limits_from(space, allow)
     check_pins(space, source)
     return Loaded(sc, catalog, source, space, limits)
+
+
+def remaining(settings: SolverSettings, deadline: float) -> SolverSettings:
+    """``settings`` with the time left until ``deadline`` (at least a microsecond: the table's plan then answers)."""
+    return replace(settings, time_limit_s=max(deadline - time.monotonic(), 1e-6))
+
+
+def cut_short(space: Space, status: Status) -> Status:
+    """A plan from a space whose build the time limit cut short is proven for the offers searched only: feasible."""
+    return Status.feasible if space.searched is not None and status is Status.optimal else status
 
 
 def _solve_quietly(space: Space, objective: Objective, limits: Limits, settings: SolverSettings,
@@ -253,42 +269,53 @@ def _solve_quietly(space: Space, objective: Objective, limits: Limits, settings:
 
 def solve_scenario(path: str | Path, overrides: Overrides | None = None, settings: SolverSettings = DEFAULT_SETTINGS,
                    top_k: int = 1) -> SolveResult:  # fmt: skip
-    """Solve one scenario file: optimal plan, best per other GPU type, top-k, or the infeasibility explanation."""
-    loaded = load_space(path, overrides)
+    """Solve one scenario file: optimal plan, best per other GPU type, top-k, or the infeasibility explanation.
+
+    ``settings.time_limit_s`` bounds the whole answer: the build stops evaluating offers when it runs out (once
+    some plan fits; ``SolveResult.searched``), and each solve gets what is left.
+    """
+    deadline = time.monotonic() + settings.time_limit_s
+    loaded = load_space(path, overrides, deadline)
     sc, catalog, source, space, limits = loaded.scenario, loaded.catalog, loaded.source, loaded.space, loaded.limits
-    with named_limits(source):
-        out = solve(space, sc.objective, limits, settings, tolerance=sc.tolerance)
+    with named_limits(source):  # CP-SAT sees the candidates that can be optimal (dominance.relevant: exact)
+        out = solve(space, sc.objective, limits, remaining(settings, deadline), relevant(space, limits), sc.tolerance)
         rel = explain(space, sc.objective, limits, settings, catalog, source) if out.index is None else None
     if out.index is None:
         empty = Estimate(status=Status.infeasible, plan=None, memory=None, time=None, cost=None)
-        return SolveResult(sc, empty, [], [], rel, space.currency, None, len(space.cand), space.enumerated)
-    best = to_estimate(space, out.index, out.status)
+        return SolveResult(sc, empty, [], [], rel, space.currency, None, len(space.cand), space.enumerated,
+                           searched=space.searched)  # fmt: skip
+    best = to_estimate(space, out.index, cut_short(space, out.status))
     top = [best]
     excluded = np.zeros(len(space.cand), dtype=bool)
     excluded[out.index] = True
     while len(top) < top_k and not excluded.all():
-        nxt = _solve_quietly(space, sc.objective, limits, settings, ~excluded, sc.tolerance)
+        nxt = _solve_quietly(space, sc.objective, limits, remaining(settings, deadline), ~excluded, sc.tolerance)
         if nxt.index is None:
             break
-        top.append(to_estimate(space, nxt.index, nxt.status))
+        top.append(to_estimate(space, nxt.index, cut_short(space, nxt.status)))
         excluded[nxt.index] = True
     alternatives = []
     gpu_of = np.array([space.gpus[i].id for i in space.cand.offer_idx])
+    money, hours, admits = cents(space.cost_total), seconds(space.cand.time["hours"]), allowed(space, limits)
     for gid in sorted(set(gpu_of)):
         if gid == best.plan.gpu:
             continue
-        alt = _solve_quietly(space, sc.objective, limits, settings, gpu_of == gid, sc.tolerance)
+        own = nondominated(money, hours, admits & (gpu_of == gid))  # the GPU's own candidates that can be optimal
+        alt = _solve_quietly(space, sc.objective, limits, remaining(settings, deadline), own, sc.tolerance)
         if alt.index is not None:
-            alternatives.append(to_estimate(space, alt.index, alt.status))
+            alternatives.append(to_estimate(space, alt.index, cut_short(space, alt.status)))
     bound = None
     if out.bound is not None and out.status is Status.feasible:  # solver units (cents, seconds) -> cost or hours
         bound = out.bound / 100.0 if sc.objective is Objective.cost else out.bound / 3600.0
+    if space.searched is not None:  # a bound over the offers searched says nothing of the others
+        bound = None
     with named_limits(source):
-        traded = trade_off(space, limits, settings, out.index)
+        traded = trade_off(space, limits, remaining(settings, deadline), out.index)
     per_node = next(o.cards_per_node for o in space.offers if o.id == best.plan.offer)
     launch = launch_settings(sc, best.plan, per_node)
     counts = (len(space.cand), space.enumerated)
-    return SolveResult(sc, best, alternatives, top, None, space.currency, bound, *counts, launch, traded)
+    return SolveResult(sc, best, alternatives, top, None, space.currency, bound, *counts, launch, traded,
+                       space.searched)  # fmt: skip
 
 
 def trade_off(space: Space, limits: Limits, settings: SolverSettings, chosen: int) -> dict:
@@ -298,7 +325,8 @@ def trade_off(space: Space, limits: Limits, settings: SolverSettings, chosen: in
     (how many times faster, or cheaper, the chosen plan is). Costs in the report currency, hours of wall clock.
     """
     sc = space.scenario
-    strict = chosen if sc.tolerance == 0 else solve(space, sc.objective, limits, settings).index
+    strict = chosen if sc.tolerance == 0 else \
+        solve(space, sc.objective, limits, settings, relevant(space, limits)).index  # fmt: skip
     strict = chosen if strict is None else strict
     cost, hours = space.cost_total, space.cand.time["hours"]
     first, other = (cost, hours) if sc.objective is Objective.cost else (hours, cost)

@@ -92,10 +92,10 @@ class _Columns:
 
     def __init__(self, space: Space) -> None:
         c = space.cand
-        gpu_ids = [space.gpus[i].id for i in c.offer_idx]
-        offer_ids = [space.offers[i].id for i in c.offer_idx]
         self.gpu_names = sorted(set(g.id for g in space.gpus))
-        self.gpu = np.array([self.gpu_names.index(g) for g in gpu_ids], dtype=np.int64)
+        code = {g: k for k, g in enumerate(self.gpu_names)}
+        self.gpu = np.array([code[g.id] for g in space.gpus], dtype=np.int64)[c.offer_idx]
+        offer_code = np.unique(np.array([o.id for o in space.offers], dtype=object), return_inverse=True)[1]
         self.names = {s.column: column(space, s.column) for s in REGISTRY if s.kind == "names"}
         self.values: dict[str, np.ndarray] = {
             "gpu": self.gpu,
@@ -119,11 +119,26 @@ class _Columns:
         for spec in REGISTRY:  # a limit's own column (the budget's bill at the slow end under risk_limits)
             if spec.kind == "at_most" and spec.column not in self.values:
                 self.values[spec.column] = column(space, spec.column)
-        simpler = np.column_stack([c.nodes, c.cards, c.cfg.zero_stage, c.cfg.offload, c.cfg.checkpointing, c.cfg.tp])
-        order = sorted(range(len(c)), key=lambda i: (*simpler[i].tolist(), gpu_ids[i], offer_ids[i],
-                                                     int(c.capacity[i])))  # fmt: skip
+        # rank orders by (nodes, cards, zero_stage, offload, checkpointing, tp, gpu id, offer id, capacity)
+        order = np.lexsort((c.capacity, offer_code.reshape(-1)[c.offer_idx], self.gpu, c.cfg.tp, c.cfg.checkpointing,
+                            c.cfg.offload, c.cfg.zero_stage, c.cards, c.nodes))  # fmt: skip
         self.rank = np.empty(len(c), dtype=np.int64)
         self.rank[order] = np.arange(len(c))
+
+
+def columns(space: Space) -> _Columns:
+    """The solver's columns of ``space``, computed once per candidate table (every solve of a scenario reuses them).
+
+    The cache lives on the space and is keyed by the identity of the arrays it reads, so a space whose candidates
+    or bills are replaced gets fresh columns.
+    """
+    key = (space.cand, space.cost_total, space.budget_total)
+    cached = space.solver_cache.get("columns")
+    if cached is not None and all(a is b for a, b in zip(cached[0], key, strict=True)):
+        return cached[1]
+    cols = _Columns(space)
+    space.solver_cache["columns"] = (key, cols)
+    return cols
 
 
 class _Channels(dict):  # type: ignore[type-arg]
@@ -146,46 +161,6 @@ class _Channels(dict):  # type: ignore[type-arg]
         return var
 
 
-def _build(cols: _Columns, subset: np.ndarray, limits: Limits) -> tuple[cp_model.CpModel, dict, dict, dict]:
-    model = cp_model.CpModel()
-    idx = np.flatnonzero(subset)
-    # pick[i] is 1 when candidate i is the plan
-    pick = {int(i): model.new_bool_var(f"pick_{int(i)}") for i in idx}
-    # (1) exactly one plan
-    model.add_exactly_one(pick.values())
-    # (2) decision variables channelled from the picks
-    x: dict[str, cp_model.IntVar] = _Channels(model, cols, idx, [pick[int(i)] for i in idx])
-    lits: dict[str, cp_model.IntVar] = {}
-    for name in limits.active():
-        lits[name] = model.new_bool_var(f"a_{name}")
-    # (3)-(8) the registry's limits: allow-lists ban the candidates whose name is not listed, bounds cap a column
-    for spec in limits.specs():
-        bound = getattr(limits, spec.key)
-        if spec.kind == "names":
-            banned = [pick[int(i)] for i in idx if cols.names[spec.column][int(i)] not in bound]
-            model.add(sum(banned) == 0).only_enforce_if(lits[spec.key])
-        else:
-            model.add(x[spec.column] <= int(bound)).only_enforce_if(lits[spec.key])
-    # rank: deterministic tie-break among plans equal in cost and time
-    x["rank"] = model.new_int_var(0, max(len(cols.rank) - 1, 0), "x_rank")
-    model.add(x["rank"] == sum(int(cols.rank[i]) * pick[int(i)] for i in idx))
-    return model, pick, lits, x
-
-
-def incumbent(cols: _Columns, subset: np.ndarray, limits: Limits, levels: list[str]) -> int | None:
-    """The lexicographic best candidate of ``subset`` under ``limits``, read from the candidate table (numpy).
-
-    Candidates breaking a limit are dropped, then the first of (levels[0], levels[1], rank) ascending wins: the
-    same order CP-SAT minimises. It seeds CP-SAT (a solution hint) and is the answer, labelled ``feasible`` (not
-    proven), when the time limit ends before CP-SAT has one. None when no candidate meets every limit.
-    """
-    idx = np.flatnonzero(admitted(cols, subset, limits))
-    if idx.size == 0:
-        return None
-    order = np.lexsort((cols.rank[idx], cols.values[levels[1]][idx], cols.values[levels[0]][idx]))
-    return int(idx[order[0]])
-
-
 def admitted(cols: _Columns, subset: np.ndarray, limits: Limits) -> np.ndarray:
     """The candidates of ``subset`` that meet every limit (the constraints (3)-(8) read off the table)."""
     ok = subset.copy()
@@ -197,6 +172,72 @@ def admitted(cols: _Columns, subset: np.ndarray, limits: Limits) -> np.ndarray:
         else:
             ok &= cols.values[spec.column] <= int(bound)
     return ok
+
+
+def incumbent(cols: _Columns, subset: np.ndarray, limits: Limits, levels: list[str]) -> int | None:
+    """The lexicographic best candidate of ``subset`` under ``limits``, read from the candidate table (numpy).
+
+    Candidates breaking a limit are dropped, then the first of (levels[0], levels[1], rank) ascending wins: the
+    same order CP-SAT minimises. It seeds CP-SAT (a solution hint) and is the answer, labelled ``feasible`` (not
+    proven), when the time limit ends before CP-SAT has one. None when no candidate meets every limit.
+    """
+    return _table_best(cols, admitted(cols, subset, limits), levels)
+
+
+def _table_best(cols: _Columns, ok: np.ndarray, levels: list[str]) -> int | None:
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return None
+    order = np.lexsort((cols.rank[idx], cols.values[levels[1]][idx], cols.values[levels[0]][idx]))
+    return int(idx[order[0]])
+
+
+def _picks(cols: _Columns, idx: np.ndarray) -> tuple[cp_model.CpModel, dict, dict]:
+    """(1) and (2) over the candidates ``idx``: the model, its pick literals and the lazily channelled x_k."""
+    model = cp_model.CpModel()
+    # pick[i] is 1 when candidate i is the plan
+    pick = {int(i): model.new_bool_var(f"pick_{int(i)}") for i in idx}
+    # (1) exactly one plan
+    model.add_exactly_one(pick.values())
+    # (2) decision variables channelled from the picks
+    return model, pick, _Channels(model, cols, idx, list(pick.values()))
+
+
+def _add_rank(model: cp_model.CpModel, cols: _Columns, idx: np.ndarray, pick: dict, x: dict) -> None:
+    """rank: deterministic tie-break among plans equal in cost and time."""
+    x["rank"] = model.new_int_var(0, max(len(cols.rank) - 1, 0), "x_rank")
+    model.add(x["rank"] == cp_model.LinearExpr.weighted_sum(list(pick.values()), cols.rank[idx].tolist()))
+
+
+def _build(cols: _Columns, subset: np.ndarray, limits: Limits) -> tuple[cp_model.CpModel, dict, dict, dict]:
+    """The full model (1)-(8) over ``subset``, every limit behind its assumption literal (to name a core)."""
+    idx = np.flatnonzero(subset)
+    model, pick, x = _picks(cols, idx)
+    lits: dict[str, cp_model.IntVar] = {}
+    for name in limits.active():
+        lits[name] = model.new_bool_var(f"a_{name}")
+    # (3)-(8) the registry's limits: allow-lists ban the candidates whose name is not listed, bounds cap a column
+    for spec in limits.specs():
+        bound = getattr(limits, spec.key)
+        if spec.kind == "names":
+            banned = [pick[int(i)] for i in idx if cols.names[spec.column][int(i)] not in bound]
+            model.add(sum(banned) == 0).only_enforce_if(lits[spec.key])
+        else:
+            model.add(x[spec.column] <= int(bound)).only_enforce_if(lits[spec.key])
+    _add_rank(model, cols, idx, pick, x)
+    return model, pick, lits, x
+
+
+def _build_admitted(cols: _Columns, ok: np.ndarray) -> tuple[cp_model.CpModel, dict, dict]:
+    """The same model with every limit applied as it is stated: only the admitted candidates get a pick.
+
+    (3)-(8) hold for exactly the candidates :func:`admitted` keeps, so fixing the others' picks to 0 (leaving them
+    out) is the model with every assumption literal true; without assumptions CP-SAT presolves it fully.
+    """
+    idx = np.flatnonzero(ok)
+    model, pick, x = _picks(cols, idx)
+    _add_rank(model, cols, idx, pick, x)
+    return model, pick, x
 
 
 def _solver(settings: SolverSettings, time_limit_s: float) -> cp_model.CpSolver:
@@ -228,12 +269,20 @@ def status_of(code: int) -> Status | None:
 
 
 def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSettings = SolverSettings(),
-          subset: np.ndarray | None = None, tolerance: float = 0.0) -> Outcome:  # fmt: skip
+          subset: np.ndarray | None = None, tolerance: float = 0.0, core: bool = False) -> Outcome:  # fmt: skip
     """Lexicographic optimum over the candidates in ``subset`` (default all) under ``limits``.
 
     ``tolerance`` (the scenario's, docs/trade-offs.md): after the first level's optimum v*, the first objective is
     bounded by floor(v* x (1 + tolerance)) instead of fixed at v*; the other objective is minimised within that
     band, then the first objective again, then rank. 0 is the plain lexicographic optimum.
+
+    The limits are read off the candidate table first (:func:`admitted`, exact: each of (3)-(8) compares one
+    column of one candidate). When some candidate meets them all, CP-SAT proves the optimum on the model over
+    those candidates (:func:`_build_admitted`: the limits hold as stated, so no assumption literal is needed and
+    presolve is not held back by them), seeded with the table's own best (:func:`incumbent`). When none does, the
+    scenario is infeasible; ``core`` asks CP-SAT for a sufficient core of assumption literals on the full model
+    (:func:`_build`; explain.py shrinks it), else ``binding`` lists every active limit (all of them together
+    exclude every candidate).
 
     ``settings.time_limit_s`` bounds the whole call. When CP-SAT stops early with a solution the outcome is
     ``feasible`` with the proven lower bound of the first objective (cents or seconds); when it stops before
@@ -241,27 +290,28 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
     A later (tie-break) level cut short keeps the previous level's plan.
     """
     started = time.monotonic()
-    cols = _Columns(space)
     n = len(space.cand)
     subset = np.ones(n, dtype=bool) if subset is None else subset
     if n == 0 or not subset.any():
         return Outcome(Status.infeasible, None)
+    cols = columns(space)
     levels = ["cost_cents", "time_s"] if objective is Objective.cost else ["time_s", "cost_cents"]
+    # with a tolerance: min first, min second within the band, min first again (second fixed), min rank
+    names = [levels[0], levels[1], levels[0], "rank"] if tolerance > 0 else [levels[0], levels[1], "rank"]
     ok = admitted(cols, subset, limits)
-    best = incumbent(cols, ok, limits, levels)
-    if best is not None and time.monotonic() - started >= settings.time_limit_s:  # no time left to build a model
+    best = _table_best(cols, ok, levels)
+    if best is None:
+        return _infeasible(cols, subset, limits, names, settings, started) if core else \
+            Outcome(Status.infeasible, None, binding=limits.active())
+    if time.monotonic() - started >= settings.time_limit_s:  # no time left to build a model
         value = int(cols.values[levels[0]][best])
         return Outcome(Status.feasible, best, value, float(min(int(cols.values[levels[0]][subset].min()), value)))
-    model, pick, lits, x = _build(cols, subset, limits)
-    model.add_assumptions(list(lits.values()))
-    if best is not None:
-        model.add_hint(pick[best], 1)
+    model, pick, x = _build_admitted(cols, ok)
+    model.add_hint(pick[best], 1)
     status = Status.optimal
     chosen: int | None = None
     first_value: int | None = None
     first_bound: float | None = None
-    # with a tolerance: min first, min second within the band, min first again (second fixed), min rank
-    names = [levels[0], levels[1], levels[0], "rank"] if tolerance > 0 else [levels[0], levels[1], "rank"]
     stages = [x[name] for name in names]
     for level, var in enumerate(stages):
         model.minimize(var)
@@ -269,11 +319,9 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
             model.export_to_file(settings.model_path)
         solver = _solver(settings, settings.time_limit_s - (time.monotonic() - started))
         result = status_of(solver.solve(model))
-        if result is Status.infeasible:
-            return Outcome(Status.infeasible, None, binding=_core(solver, lits))
+        if result is Status.infeasible:  # one admitted candidate satisfies every constraint of this model
+            raise RuntimeError("CP-SAT found the admitted candidates infeasible; this is a bug in solver._build")
         if result is None and chosen is None:  # the time limit ended before CP-SAT had any plan
-            if best is None:  # the table shows that no candidate meets every limit
-                return Outcome(Status.infeasible, None, binding=limits.active())  # all of them: explain.py shrinks it
             low = int(cols.values[levels[0]][subset].min())  # every plan is one of the subset
             bound = solver.best_objective_bound if math.isfinite(solver.best_objective_bound) else low
             value = int(cols.values[levels[0]][best])
@@ -299,6 +347,29 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
         if np.count_nonzero(ok) == 1 and ok[chosen]:  # one admitted candidate left: the later levels are decided
             break
     return Outcome(status, chosen, first_value, first_bound)
+
+
+def _infeasible(cols: _Columns, subset: np.ndarray, limits: Limits, names: list[str], settings: SolverSettings,
+                started: float) -> Outcome:  # fmt: skip
+    """No candidate of ``subset`` meets every limit: the core CP-SAT names on the full model (1)-(8).
+
+    The model is the one the first lexicographic level states (its objective channelled and minimised), with every
+    limit behind an assumption literal; CP-SAT proves it infeasible and returns a sufficient subset of the
+    literals. Out of time first: every active limit.
+    """
+    left = settings.time_limit_s - (time.monotonic() - started)
+    if left <= 0:
+        return Outcome(Status.infeasible, None, binding=limits.active())
+    model, _, lits, x = _build(cols, subset, limits)
+    model.add_assumptions(list(lits.values()))
+    stages = [x[name] for name in names]
+    model.minimize(stages[0])
+    if settings.model_path:
+        model.export_to_file(settings.model_path)
+    solver = _solver(settings, left)
+    if status_of(solver.solve(model)) is Status.infeasible:
+        return Outcome(Status.infeasible, None, binding=_core(solver, lits))
+    return Outcome(Status.infeasible, None, binding=limits.active())  # stopped before the proof: all of them
 
 
 def band_limit(optimum: int, tolerance: float) -> int:

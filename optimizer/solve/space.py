@@ -15,6 +15,8 @@ pruning never removes a plan that a constraint would prefer.
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +25,7 @@ import numpy as np
 
 from optimizer.inputs.catalog import Catalog
 from optimizer.inputs.errors import InputError, SolverLimitError, did_you_mean
-from optimizer.inputs.schema import Checkpointing, Offload, Precision, Scenario
+from optimizer.inputs.schema import Checkpointing, Offload, Precision, Scenario, Term
 from optimizer.inputs.schema_catalog import Gpu, Offer
 from optimizer.models import cost, engines, hosts, memory
 from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
@@ -38,7 +40,7 @@ from optimizer.models.engines import (
     plan_refusals,
     scenario_refusals,
 )
-from optimizer.models.overlay import apply as apply_overlay
+from optimizer.models.overlay import scale_memory, scale_time
 from optimizer.models.pipeline import chunks_refusal, engine_chunks
 from optimizer.models.uncertainty import hours_at, risk_ratio, time_ratios
 
@@ -77,6 +79,10 @@ class Evaluated:
     fits: np.ndarray
     capacity: np.ndarray | None = None  # 0 on demand, 1 spot (hosts.CAPACITY); None = all on demand
     ram_short: np.ndarray | None = None  # fits the card but needs more host RAM than the node has; None = none
+    # what the enumeration held before evaluate(fitting_only=True) dropped the rows that cannot fit: its row count
+    # and, per offer, the smallest per-GPU total over its rows (-1: no row); None = these rows are all of them
+    enumerated: int | None = None
+    smallest_by_offer: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.capacity is None:
@@ -97,6 +103,8 @@ class Evaluated:
             fits=self.fits[index],
             capacity=self.capacity[index],
             ram_short=self.ram_short[index],
+            enumerated=self.enumerated,
+            smallest_by_offer=self.smallest_by_offer,
         )
 
     def __len__(self) -> int:
@@ -126,6 +134,10 @@ class Space:
     # per node), offer id and the RAM its node has (explain.py names them when nothing else fits)
     ram_short: tuple[int, str, int] | None = None
     budget_total: np.ndarray | None = None  # risk_limits: the bill at the slow end, checked against the budget
+    # (offers evaluated, offers) when a deadline cut the build short (build): the candidates omit the rest
+    searched: tuple[int, int] | None = None
+    # what the solver derives once from the candidates (solver.columns), reused by every solve of this space
+    solver_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 # ------------------------------------------------------------------------------------------------ job and offers
@@ -292,25 +304,26 @@ def grid(
     # the (z, o, m, ck) block depends only on the (zero, offload) pairs and the micro-batch list, so it is built
     # once per such pair of lists (numpy)
     blocks: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], np.ndarray] = {}
+    by_dp: dict[int, np.ndarray] = {}  # a layout's block depends on its dp only
+    by_offer: dict[int, list[int]] = {}  # its precisions on its offer's GPU only
+    bf16_model = job.arch.torch_dtype == "bfloat16"
     picked: list[np.ndarray] = []
     heads: list[tuple[int, int, int]] = []  # (layout, precision, rows in its block)
     for li, lay in enumerate(lays):
         if job.global_batch % lay.dp:
             continue
-        per_rank = job.global_batch // lay.dp
-        if pins.micro_batch is not None:
-            mbs = [pins.micro_batch] if per_rank % pins.micro_batch == 0 else []
-        else:
-            mbs = [m for m in (1, 2, 4, 8, 16, 32, 64) if per_rank % m == 0]
-        if pins.grad_accum is not None:
-            mbs = [m for m in mbs if per_rank // m == pins.grad_accum]
-        if job.optimizer_in_backward:  # the step fused into backward runs without gradient accumulation
-            mbs = [m for m in mbs if per_rank // m == 1]
-        zo_lay = tuple((z, oi) for z, oi in zo if rule.keeps(z, Offload(OFFLOAD[oi]), lay.dp))
-        block = blocks.get((tuple(mbs), zo_lay))
+        block = by_dp.get(lay.dp)
         if block is None:
-            block = blocks[(tuple(mbs), zo_lay)] = _zmc_block(list(zo_lay), mbs, cks)
-        for prec in _precisions(scenario, gpus[lay.offer], fallback, job.arch.torch_dtype == "bfloat16"):
+            mbs = micro_batches(scenario, job, job.global_batch // lay.dp)
+            zo_lay = tuple((z, oi) for z, oi in zo if rule.keeps(z, Offload(OFFLOAD[oi]), lay.dp))
+            block = blocks.get((tuple(mbs), zo_lay))
+            if block is None:
+                block = blocks[(tuple(mbs), zo_lay)] = _zmc_block(list(zo_lay), mbs, cks)
+            by_dp[lay.dp] = block
+        precisions = by_offer.get(lay.offer)
+        if precisions is None:
+            precisions = by_offer[lay.offer] = _precisions(scenario, gpus[lay.offer], fallback, bf16_model)
+        for prec in precisions:
             picked.append(block)
             heads.append((li, prec, block.shape[0]))
     n_rows = sum(h[2] for h in heads)
@@ -326,6 +339,24 @@ def grid(
     return li_col, body[:, 0], body[:, 1], body[:, 2], body[:, 3], prec_col
 
 
+def micro_batches(scenario: Scenario, job: Job, per_rank: int) -> list[int]:
+    """Micro-batches tried for ``per_rank`` sequences per data-parallel rank and step.
+
+    The powers of two up to 64 that divide it (or the pin), giving the pinned grad_accum, and without accumulation
+    when the optimizer steps in backward.
+    """
+    pins = scenario.plan
+    if pins.micro_batch is not None:
+        mbs = [pins.micro_batch] if per_rank % pins.micro_batch == 0 else []
+    else:
+        mbs = [m for m in (1, 2, 4, 8, 16, 32, 64) if per_rank % m == 0]
+    if pins.grad_accum is not None:
+        mbs = [m for m in mbs if per_rank // m == pins.grad_accum]
+    if job.optimizer_in_backward:  # the step fused into backward runs without gradient accumulation
+        mbs = [m for m in mbs if per_rank // m == 1]
+    return mbs
+
+
 def _zmc_block(zo: list[tuple[int, int]], mbs: list[int], cks: list[int]) -> np.ndarray:
     """Rows (zero, offload, micro-batch, checkpointing) of zo x mbs x cks, first factor slowest (int64)."""
     iz, im, ic = (a.ravel() for a in np.indices((len(zo), len(mbs), len(cks))))
@@ -337,8 +368,22 @@ def _zmc_block(zo: list[tuple[int, int]], mbs: list[int], cks: list[int]) -> np.
 # ------------------------------------------------------------------------------------------------ evaluation
 
 
+def card_facts(gpus: list[Gpu], offers: list[Offer]) -> tuple[np.ndarray, np.ndarray]:
+    """Per offer: the card's usable memory and its dense peak per precision.
+
+    Memory in bytes (hosts.capacity_bytes), shape (offers,); peaks in FLOP/s, shape (offers, len(PRECISION)), 0
+    where the GPU does not run the precision.
+    """
+    cap = np.array([float(hosts.capacity_bytes(g, of)) for g, of in zip(gpus, offers, strict=True)])
+    peaks = np.array([[(g.peak_tflops(p) or 0.0) * 1e12 for p in PRECISION] for g in gpus]).reshape(
+        len(offers), len(PRECISION)
+    )
+    return cap, peaks
+
+
 def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards: np.ndarray, nodes: np.ndarray,
-             precision: np.ndarray, consts: dict[str, Any]) -> Hardware:  # fmt: skip
+             precision: np.ndarray, consts: dict[str, Any],
+             facts: tuple[np.ndarray, np.ndarray] | None = None) -> Hardware:  # fmt: skip
     """Per-row hardware arrays from the catalog: capacity, peak of the precision, links, efficiency.
 
     Link bandwidths are per GPU and direction, link peak x ``link_efficiency`` (calibration ``timing``):
@@ -355,13 +400,9 @@ def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards:
     """
     link = consts["link_efficiency"]
     archs = sorted({g.arch for g in gpus})
-    n_off = len(offers)
     o = offer_idx
-    cap = np.array([float(hosts.capacity_bytes(g, of)) for g, of in zip(gpus, offers, strict=True)])
+    cap, peaks = facts if facts is not None else card_facts(gpus, offers)  # evaluate passes the ones it read
     bf16 = np.array([(g.bf16_tflops or g.fp16_tflops) * 1e12 for g in gpus])
-    peaks = np.array([[(g.peak_tflops(p) or 0.0) * 1e12 for p in PRECISION] for g in gpus]).reshape(
-        n_off, len(PRECISION)
-    )
     hbm = np.array([g.memory_bandwidth_gb_per_s * 1e9 for g in gpus])
     nvl = np.array(
         [g.nvlink_gb_per_s * 1e9 * link["nvlink"] if of.nvlink else 0.0 for g, of in zip(gpus, offers, strict=True)]
@@ -401,26 +442,45 @@ def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards:
 
 
 def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer], gpus: list[Gpu],
-             offer_idx: np.ndarray, cards: np.ndarray, nodes: np.ndarray, cfg: Configs) -> Evaluated:  # fmt: skip
-    """Memory, time and fit of every row (vectorised)."""
+             offer_idx: np.ndarray, cards: np.ndarray, nodes: np.ndarray, cfg: Configs,
+             fitting_only: bool = False) -> Evaluated:  # fmt: skip
+    """Memory, time and fit of every row (vectorised).
+
+    A row fits when its peak at the scenario's risk fits the card less headroom, the GPU runs its precision, its
+    offloaded states fit allow.max_host_memory_gib, its time is finite (and launches a pinned virtual_pipeline),
+    and the node's host RAM holds what it needs (hosts.py). Memory is computed first (:func:`memory_rows`, once
+    per distinct configuration); ``fitting_only`` (what :func:`build` asks) then evaluates the time model and the
+    host RAM rule only on the rows that passed the memory checks and returns only those rows (the others cannot
+    fit, whatever their time), with ``enumerated`` and ``smallest_by_offer`` still describing every row.
+    """
     cal = catalog.calibration
-    hw = hardware(gpus, offers, offer_idx, cards, nodes, cfg.precision, cal["timing"])
-    mem = memory.breakdown(job, cfg, cal["memory"])
-    usable = hw.capacity_bytes * (1.0 - scenario.headroom)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = hosts.wall_clock(job, cfg, hw, offers, offer_idx, nodes, cal)
+    engine = engines.engine_key(scenario, job)
+    mem = memory_rows(job, cfg, cal["memory"])
     if cal.get("overlay") is not None:  # a user's calibration overlay: a final correction per group (overlay.py)
-        arch = np.array([g.arch for g in gpus], dtype=object)[offer_idx]
-        mem, t = apply_overlay(cal["overlay"], mem, t, arch, cfg.precision, engines.engine_key(scenario, job),
-                               job.method.value, job.steps)  # fmt: skip
+        mem = scale_memory(cal["overlay"], mem, engine, job.method.value)
+    enumerated, smallest = len(cfg), smallest_per_offer(mem["total"], offer_idx, len(offers))
+    cap, peaks = card_facts(gpus, offers)
+    usable = (cap * (1.0 - scenario.headroom))[offer_idx] if len(offers) else np.zeros(0)
+    peak = peaks[offer_idx, cfg.precision] if len(offers) else np.zeros(0)
     at_risk = mem["total"] * memory_risk(scenario, cal)  # the peak at the scenario's risk percentile must fit
-    fits = (at_risk <= usable) & np.isfinite(t["hours"]) & (hw.peak_flops > 0)
-    pinned_chunks = scenario.plan.virtual_pipeline
-    if pinned_chunks is not None and pinned_chunks > 1:  # a pin launches exactly its chunks (models/pipeline.py)
-        fits &= t["pipeline_chunks"] == pinned_chunks
+    fits = (at_risk <= usable) & (peak > 0)
     host_gib = scenario.allow.max_host_memory_gib
     if host_gib is not None:  # offloaded states must also fit in the node's RAM
         fits &= mem["cpu_offload"] <= host_gib * 2**30
+    if fitting_only:  # the time model only where the memory fits
+        keep = np.flatnonzero(fits)
+        offer_idx, cards, nodes, cfg, fits = offer_idx[keep], cards[keep], nodes[keep], cfg.take(keep), fits[keep]
+        mem = {k: v[keep] for k, v in mem.items()}
+    hw = hardware(gpus, offers, offer_idx, cards, nodes, cfg.precision, cal["timing"], (cap, peaks))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = hosts.wall_clock(job, cfg, hw, offers, offer_idx, nodes, cal)
+    if cal.get("overlay") is not None:
+        arch = np.array([g.arch for g in gpus], dtype=object)[offer_idx]
+        t = scale_time(cal["overlay"], t, arch, cfg.precision, engine, job.method.value, job.steps)
+    fits &= np.isfinite(t["hours"])
+    pinned_chunks = scenario.plan.virtual_pipeline
+    if pinned_chunks is not None and pinned_chunks > 1:  # a pin launches exactly its chunks (models/pipeline.py)
+        fits &= t["pipeline_chunks"] == pinned_chunks
     short = np.zeros(len(fits), dtype=bool)
     if cal.get("hosts"):  # offloaded states and the ranks' processes must fit in the node's RAM (hosts.py rule)
         ranks = hosts.ranks_per_node(cards, offers, offer_idx)
@@ -428,7 +488,39 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
         ram_ok = hosts.ram_fits(need, hosts.host_ram_bytes(offers, offer_idx, ranks, cal["hosts"], host_gib))
         short = fits & ~ram_ok
         fits &= ram_ok
-    return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits, ram_short=short)
+    return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits, ram_short=short, enumerated=enumerated,
+                     smallest_by_offer=smallest)
+
+
+def memory_rows(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """memory.breakdown of every row, evaluated once per distinct configuration and spread over the rows.
+
+    The memory model reads the configuration only, never the GPU or the offer, and the same layouts and knobs
+    recur on every offer, so the distinct configurations are a few per cent of the rows. Every memory function is
+    elementwise, so each row gets exactly the bytes a call on all rows would give it.
+    """
+    if len(cfg) == 0:
+        return memory.breakdown(job, cfg, consts)
+    key, span = np.zeros(len(cfg), dtype=np.int64), 1
+    for f in dataclasses.fields(cfg):  # one integer per configuration, mixed radix over the columns
+        col = np.asarray(cfg.shard_ranks if f.name == "shard" else getattr(cfg, f.name), dtype=np.int64)
+        low = int(col.min())
+        width = int(col.max()) - low + 1
+        if span * width >= 2**62:  # renumber the keys so far densely before they overflow
+            key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+            span = int(key.max()) + 1
+        key, span = key * width + (col - low), span * width
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    parts = memory.breakdown(job, cfg.take(first), consts)
+    inverse = inverse.reshape(-1)
+    return {k: v[inverse] for k, v in parts.items()}
+
+
+def smallest_per_offer(total: np.ndarray, offer_idx: np.ndarray, n_offers: int) -> np.ndarray:
+    """The smallest per-GPU total over each offer's rows (bytes, (n_offers,)); -1 for an offer without rows."""
+    out = np.full(n_offers, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(out, offer_idx, total.astype(np.int64))
+    return np.where(out == np.iinfo(np.int64).max, -1, out)
 
 
 def ram_short_summary(ev: Evaluated, offers: list[Offer], hosts_cal: Mapping[str, Any],
@@ -438,14 +530,30 @@ def ram_short_summary(ev: Evaluated, offers: list[Offer], hosts_cal: Mapping[str
     Among the configurations that fit their cards but not their node's host RAM, the one with the smallest need -
     RAM; None when there is none.
     """
-    rows = np.flatnonzero(ev.ram_short)
-    if not rows.size or not hosts_cal:
-        return None
+    return closest_ram_short(*ram_short_rows(ev, offers, hosts_cal, override_gib), offers)
+
+
+def ram_short_rows(ev: Evaluated, offers: list[Offer], hosts_cal: Mapping[str, Any], override_gib: float | None,
+                   offset: int = 0) -> tuple[np.ndarray, ...]:  # fmt: skip
+    """(row, need, RAM, offer) of the rows that fit their cards but not their node's host RAM.
+
+    The rows are numbered by position plus ``offset`` (build's chunks: increasing over the whole enumeration).
+    """
+    rows = np.flatnonzero(ev.ram_short) if hosts_cal else np.zeros(0, dtype=np.int64)
     ranks = hosts.ranks_per_node(ev.cards[rows], offers, ev.offer_idx[rows])
-    need = hosts.host_ram_need(ev.mem["cpu_offload"][rows], ranks, hosts_cal)
-    have = hosts.host_ram_bytes(offers, ev.offer_idx[rows], ranks, hosts_cal, override_gib)
+    need = hosts.host_ram_need(ev.mem["cpu_offload"][rows], ranks, hosts_cal) if rows.size else np.zeros(0)
+    have = hosts.host_ram_bytes(offers, ev.offer_idx[rows], ranks, hosts_cal, override_gib) if rows.size \
+        else np.zeros(0)  # fmt: skip
+    return rows + offset, need, have, ev.offer_idx[rows]
+
+
+def closest_ram_short(rows: np.ndarray, need: np.ndarray, have: np.ndarray, offer_idx: np.ndarray,
+                      offers: list[Offer]) -> tuple[int, str, int] | None:  # fmt: skip
+    """The smallest need - RAM of :func:`ram_short_rows` (then the smallest need, then the first row)."""
+    if not rows.size:
+        return None
     k = int(np.lexsort((rows, need, need - have))[0])
-    return int(need[k]), offers[int(ev.offer_idx[rows[k]])].id, int(have[k])
+    return int(need[k]), offers[int(offer_idx[k])].id, int(have[k])
 
 
 def engine_capabilities(scenario: Scenario, catalog: Catalog, arch: Any, source: str) -> Capabilities:
@@ -470,10 +578,38 @@ def engine_capabilities(scenario: Scenario, catalog: Catalog, arch: Any, source:
     return cap
 
 
-def enumerate_all(
-    scenario: Scenario, catalog: Catalog, arch: Any, source: str, replay: bool = False
-) -> tuple[Job, list[Offer], list[Gpu], Evaluated]:
-    """Every configuration allowed by the pins, evaluated (before the fit filter and pruning).
+@dataclass
+class Configurations:
+    """Every configuration the pins allow, before evaluation; each offer's rows are consecutive, in offer order."""
+
+    job: Job
+    offers: list[Offer]
+    gpus: list[Gpu]
+    offer_idx: np.ndarray
+    cards: np.ndarray
+    nodes: np.ndarray
+    cfg: Configs
+
+    def chunks(self, rows: int) -> list[slice]:
+        """Consecutive row ranges of whole offers, each of at most ``rows`` rows unless one offer has more."""
+        starts = np.flatnonzero(np.diff(self.offer_idx)) + 1  # where a new offer's rows begin
+        bounds = [0]
+        for start in starts.tolist():
+            if start - bounds[-1] >= rows:
+                bounds.append(start)
+        bounds.append(len(self.offer_idx))
+        return [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+
+    def evaluate(self, scenario: Scenario, catalog: Catalog, rows: slice = slice(None),
+                 fitting_only: bool = False) -> Evaluated:  # fmt: skip
+        """:func:`evaluate` of the rows ``rows``."""
+        return evaluate(self.job, scenario, catalog, self.offers, self.gpus, self.offer_idx[rows], self.cards[rows],
+                        self.nodes[rows], self.cfg.take(rows), fitting_only)  # fmt: skip
+
+
+def configurations(scenario: Scenario, catalog: Catalog, arch: Any, source: str,
+                   replay: bool = False) -> Configurations:  # fmt: skip
+    """Every configuration allowed by the pins, the engine and the layouts (not yet evaluated).
 
     ``replay``: evaluate a published run's pinned configuration as it was measured, without the engine's launch
     rules (reference cases stand a run of another stack, e.g. torchtitan at tp 8, by the framework whose defaults
@@ -509,8 +645,18 @@ def enumerate_all(
                          f"{cap.engine}; engines with it: {', '.join(hybrid_engines(catalog)) or 'none'}; "
                          "leave shard_group out for full sharding")  # fmt: skip
     cfg, rows = with_hybrid_shard(cfg, rows, pin, (pin is not None) if replay else cap.hybrid_shard)
-    ev = evaluate(job, scenario, catalog, offers, gpus, rows[:, 0], rows[:, 1], rows[:, 2], cfg)
-    return job, offers, gpus, ev
+    return Configurations(job, offers, gpus, rows[:, 0], rows[:, 1], rows[:, 2], cfg)
+
+
+def enumerate_all(
+    scenario: Scenario, catalog: Catalog, arch: Any, source: str, replay: bool = False
+) -> tuple[Job, list[Offer], list[Gpu], Evaluated]:
+    """Every configuration allowed by the pins, evaluated (before the fit filter and pruning).
+
+    ``replay``: as in :func:`configurations`.
+    """
+    conf = configurations(scenario, catalog, arch, source, replay)
+    return conf.job, conf.offers, conf.gpus, conf.evaluate(scenario, catalog)
 
 
 def hybrid_engines(catalog: Catalog) -> list[str]:
@@ -535,6 +681,8 @@ def with_hybrid_shard(cfg: Configs, rows: np.ndarray, pin: int | None, engine_ca
                          for f in dataclasses.fields(cfg) if f.name != "shard"},  # fmt: skip
                       shard=np.concatenate([shard, per_node[extra]]))
         rows = np.concatenate([rows, rows[extra]])
+        order = np.argsort(rows[:, 0], kind="stable")  # each offer's rows stay consecutive (Configurations.chunks)
+        cfg, rows = cfg.take(order), rows[order]
     else:
         cfg = dataclasses.replace(cfg, shard=shard)
     if pin is not None:
@@ -573,33 +721,73 @@ def bill_rows(
     terms = scenario.billing_terms
     totals = np.zeros(len(ev))
     by_row: dict[int, cost.Bill] = {}
+    hourly: list[np.ndarray] = []  # rows on offers billed by the hour alone: one vectorised call for all of them
     for oi, cap in sorted({(int(o), int(c)) for o, c in zip(ev.offer_idx, ev.capacity, strict=True)}):
         rows = np.flatnonzero((ev.offer_idx == oi) & (ev.capacity == cap))
         billed = hosts.spot_offer(offers[oi]) if cap == hosts.SPOT else offers[oi]  # spot: its hourly spot price
+        if cost.hourly_only(billed, terms):
+            hourly.append(rows)
+            continue
         for r, b in zip(rows, cost.bills(ev.time["hours"][rows], billed, terms), strict=True):
             totals[r] = b.per_card * ev.cards[r] * fx[oi]
+            by_row[int(r)] = b
+    if hourly:
+        rows = np.concatenate(hourly)
+        spot = ev.capacity[rows] == hosts.SPOT
+        price = np.array([(offers[int(o)].spot.price if s else offers[int(o)].prices[Term.hour]).amount  # type: ignore[union-attr]
+                          for o, s in zip(ev.offer_idx[rows], spot, strict=True)])  # fmt: skip
+        increment = np.array([offers[int(o)].hour_increment_s for o in ev.offer_idx[rows]], dtype=np.int64)
+        for r, b in zip(rows, cost.hourly_bills(ev.time["hours"][rows], price, increment), strict=True):
+            totals[r] = b.per_card * ev.cards[r] * fx[int(ev.offer_idx[r])]
             by_row[int(r)] = b
     return totals, [by_row[i] for i in range(len(ev))]
 
 
-def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenario") -> Space:
-    """Enumerate, evaluate, filter by memory, prune by dominance, and bill the survivors."""
-    job, offers, gpus, ev = enumerate_all(scenario, catalog, arch, source)
+BUILD_CHUNK_ROWS = 100_000  # configurations evaluated at a time (whole offers): bounds memory, lets a deadline cut in
+
+
+def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenario",
+          deadline: float | None = None) -> Space:  # fmt: skip
+    """Enumerate, evaluate, filter by memory, prune by dominance, and bill the survivors.
+
+    The configurations are evaluated and pruned a chunk of whole offers at a time (:data:`BUILD_CHUNK_ROWS`);
+    pruning is per (offer, cards), so the survivors are those of one pass over every row. ``deadline``
+    (time.monotonic()): once it has passed and some configuration fits, the offers not yet evaluated are left out
+    and the space records it (``Space.searched``): the search was cut short and proves nothing about them.
+    """
+    conf = configurations(scenario, catalog, arch, source)
+    job, offers, gpus = conf.job, conf.offers, conf.gpus
     currency = report_currency(scenario, offers)
-    fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
+    fx = fx_rates(catalog, offers, currency, source)
+    kept: list[Evaluated] = []
+    short: list[tuple[np.ndarray, ...]] = []
+    smallest = np.full(len(offers), -1, dtype=np.int64)
+    enumerated = fitting = 0
+    fastest = math.inf
+    searched: tuple[int, int] | None = None
+    hosts_cal = catalog.calibration.get("hosts", {})
+    for rows in conf.chunks(BUILD_CHUNK_ROWS):
+        if deadline is not None and fitting and time.monotonic() >= deadline:
+            searched = (int(conf.offer_idx[rows.start]), len(offers))  # offers before this chunk's first
+            break
+        ev = conf.evaluate(scenario, catalog, rows, fitting_only=True)
+        enumerated += rows.stop - rows.start
+        fitting += int(ev.fits.sum())
+        seen = ev.smallest_by_offer if ev.smallest_by_offer is not None else smallest
+        smallest = np.where(seen >= 0, seen, smallest)
+        if ev.fits.any():
+            fastest = min(fastest, float(ev.time["hours"][ev.fits].min()))
+        short.append(ram_short_rows(ev, offers, hosts_cal, scenario.allow.max_host_memory_gib, rows.start))
+        keep = prune(ev)
+        kept.append(ev.take(keep[ev.time["hours"][keep] <= MAX_JOB_HOURS] if keep.size else keep))
     need: dict[str, int] = {}
     for gi, g in enumerate(gpus):
-        rows = ev.offer_idx == gi
-        if rows.any():
-            need[g.id] = min(need.get(g.id, 2**62), int(ev.mem["total"][rows].min()))
-    keep = prune(ev)
-    keep = keep[ev.time["hours"][keep] <= MAX_JOB_HOURS] if keep.size else keep
-    if keep.size == 0 and ev.fits.any():
-        fastest = float(ev.time["hours"][ev.fits].min())
-        if fastest > MAX_JOB_HOURS:
-            raise InputError(source, "data", f"the fastest plan that fits takes {fastest:,.0f} hours, more "
-                             f"than the {MAX_JOB_HOURS:,} hours (100 years) ftopt plans for; reduce the data")
-    cand = ev.take(keep)
+        if smallest[gi] >= 0:  # the offer has rows
+            need[g.id] = min(need.get(g.id, 2**62), int(smallest[gi]))
+    cand = concat(kept) if kept else conf.evaluate(scenario, catalog, slice(0, 0), fitting_only=True)
+    if len(cand) == 0 and fitting and fastest > MAX_JOB_HOURS:
+        raise InputError(source, "data", f"the fastest plan that fits takes {fastest:,.0f} hours, more "
+                         f"than the {MAX_JOB_HOURS:,} hours (100 years) ftopt plans for; reduce the data")
     pinned = scenario.plan.capacity
     if (scenario.allow.spot or pinned == "spot") and catalog.calibration.get("hosts"):
         cand = hosts.add_spot_rows(cand, offers, catalog.calibration["hosts"], pinned)
@@ -615,12 +803,38 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
     budget_total = None
     if scenario.risk_limits:  # the deadline and budget hold at the slow end: margin and bill at the risk's hours
         cand, budget_total = limits_at_risk(job, scenario, catalog.calibration.get("accuracy", {}), cand, offers, fx)
-    return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, len(ev), int(ev.fits.sum()), need,
-                 catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"),
-                 catalog.calibration.get("hosts", {}),
-                 ram_short_summary(ev, offers, catalog.calibration.get("hosts", {}),
-                                   scenario.allow.max_host_memory_gib),
-                 budget_total)  # fmt: skip
+    return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, enumerated, fitting, need,
+                 catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"), hosts_cal,
+                 closest_ram_short(*(np.concatenate(c) for c in zip(*short, strict=True)), offers) if short else None,
+                 budget_total, searched=searched)  # fmt: skip
+
+
+def fx_rates(catalog: Catalog, offers: list[Offer], currency: str, source: str) -> list[float]:
+    """Per offer, the rate from its currency into ``currency`` (cost.fx_rate, looked up once per currency)."""
+    rates: dict[str, float] = {}
+    for o in offers:
+        if o.currency not in rates:
+            rates[o.currency] = cost.fx_rate(catalog, o.currency, currency, source)
+    return [rates[o.currency] for o in offers]
+
+
+def concat(parts: list[Evaluated]) -> Evaluated:
+    """The rows of several Evaluated, in order (build's chunks)."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+
+    def cat(get: Any) -> np.ndarray:
+        return np.concatenate([get(p) for p in parts])
+
+    return Evaluated(
+        offer_idx=cat(lambda p: p.offer_idx), cards=cat(lambda p: p.cards), nodes=cat(lambda p: p.nodes),
+        cfg=Configs(**{f.name: cat(lambda p, n=f.name: getattr(p.cfg, n)) for f in dataclasses.fields(first.cfg)}),
+        hw=Hardware(**{f.name: cat(lambda p, n=f.name: getattr(p.hw, n)) for f in dataclasses.fields(first.hw)}),
+        mem={k: cat(lambda p, k=k: p.mem[k]) for k in first.mem}, time={k: cat(lambda p, k=k: p.time[k])
+                                                                         for k in first.time},
+        fits=cat(lambda p: p.fits), capacity=cat(lambda p: p.capacity), ram_short=cat(lambda p: p.ram_short),
+    )  # fmt: skip
 
 
 def memory_risk(scenario: Scenario, calibration: Mapping[str, Any]) -> float:
