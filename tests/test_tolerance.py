@@ -66,13 +66,14 @@ def test_the_chosen_plan_is_the_oracles(objective, tolerance):
 
 
 # the case the rule exists for: the band holds a plan much better on the other axis. For time, the default 5% band
-# does it (the fastest plan, 89.35 USD in 0.41 h, against 20.00 USD in 0.41 h); for cost it takes a 10% band: the
-# cheapest plan (one RTX 4090 offloading everything, 8.48 USD in 29.2 h) has nothing faster within 5% of its bill,
-# and the next plan, 7.9% dearer, is 2.7x faster
-@pytest.mark.parametrize(("objective", "tolerance"), [(Objective.cost, 0.10), (Objective.time, 0.05)])
+# does it; for cost it takes a 20% band: the cheapest plan (8.46 USD in 29.1 h) has nothing faster within 15% of its
+# bill, and the next plan, 18.2% dearer (10.00 USD), is 14.7x faster (1.98 h)
+@pytest.mark.parametrize(("objective", "tolerance"), [(Objective.cost, 0.20), (Objective.time, 0.05)])
 def test_the_tolerance_trades_in_this_space(objective, tolerance):
     sp = _space()
     strict, loose = oracle(sp, objective, 0.0), oracle(sp, objective, tolerance)
+    if objective is Objective.cost:  # premise: nothing faster within 15% of the cheapest bill, so 20% is the case
+        assert oracle(sp, objective, 0.15) == strict
     assert strict != loose
     other = 1 if objective is Objective.cost else 0
     assert loose[other] < strict[other] and loose[1 - other] <= strict[1 - other] * (1 + tolerance) + 1
