@@ -82,6 +82,9 @@ PIPE_TESTS = ["tests/test_timing_structure.py", "tests/test_pipeline_interleavin
 EXPLAIN_TESTS = ["tests/test_explain_relax.py", "tests/test_infeasible.py"]
 
 MUTATIONS: list[Mutation] = [
+    _m("solver-halving-steps-dropped", "solver", SOLVER,
+       r"chosen = halving_steps\(cols, meets, levels, chosen, tolerance\)", "chosen = chosen",
+       ["tests/test_tolerance.py"], "the tolerance rule stops at the first band: a plan waits 4x longer to save 2.6%"),
     # ---- hybrid sharding (HSDP)
     _m("comm-hsdp-replicate-dropped", "timing", COMM,
        r"return own \+ np\.where\(hybrid & \(cfg\.zero_stage >= 2\), replicate, 0\.0\)", "return own",

@@ -299,6 +299,7 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
     # with a tolerance: min first, min second within the band, min first again (second fixed), min rank
     names = [levels[0], levels[1], levels[0], "rank"] if tolerance > 0 else [levels[0], levels[1], "rank"]
     ok = admitted(cols, subset, limits)
+    meets = ok.copy()  # every candidate meeting the limits (the halving steps below choose among them)
     best = _table_best(cols, ok, levels)
     if best is None:
         return _infeasible(cols, subset, limits, names, settings, started) if core else \
@@ -346,7 +347,26 @@ def solve(space: Space, objective: Objective, limits: Limits, settings: SolverSe
             model.add(var == value)
         if np.count_nonzero(ok) == 1 and ok[chosen]:  # one admitted candidate left: the later levels are decided
             break
+    if tolerance > 0 and status is Status.optimal and chosen is not None:
+        chosen = halving_steps(cols, meets, levels, chosen, tolerance)
     return Outcome(status, chosen, first_value, first_bound)
+
+
+def halving_steps(cols: _Columns, meets: np.ndarray, levels: list[str], chosen: int, tolerance: float) -> int:
+    """The tolerance rule's second part (docs/trade-offs.md): no plan pays for a small saving with twice the wait.
+
+    While some candidate meeting the limits is at most ``tolerance`` worse than the chosen one on the first
+    objective (floor(v x (1 + tolerance))) and at least twice as good on the other (2 w' <= w), move to the best
+    such candidate on the other objective (then the first, then rank). Each step halves the other objective, so
+    the steps end; each is exact over the candidate table (integer cents and seconds, as CP-SAT sees them).
+    """
+    first, second = cols.values[levels[0]], cols.values[levels[1]]
+    while True:
+        near = meets & (first <= band_limit(int(first[chosen]), tolerance)) & (2 * second <= int(second[chosen]))
+        if not near.any():
+            return chosen
+        idx = np.flatnonzero(near)
+        chosen = int(idx[np.lexsort((cols.rank[idx], first[idx], second[idx]))[0]])
 
 
 def _infeasible(cols: _Columns, subset: np.ndarray, limits: Limits, names: list[str], settings: SolverSettings,
