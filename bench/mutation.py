@@ -85,6 +85,12 @@ MUTATIONS: list[Mutation] = [
     _m("solver-halving-steps-dropped", "solver", SOLVER,
        r"chosen = halving_steps\(cols, meets, levels, chosen, tolerance\)", "chosen = chosen",
        ["tests/test_tolerance.py"], "the tolerance rule stops at the first band: a plan waits 4x longer to save 2.6%"),
+    # ---- the efficiency ceiling (winner's curse)
+    _m("risk-limits-ceiling-dropped", "solver", SPACE, r'cells, cand\.time\.get\("hfu"\)\)', "cells, None)",
+       ["tests/test_efficiency_ceiling.py"],
+       "risk_limits holds the deadline at the group band while the report puts the slow end at the ceiling"),
+    _m("band-ceiling-dropped", "timing", "optimizer/models/uncertainty.py", r"    if above:\n", "    if False:\n",
+       ["tests/test_efficiency_ceiling.py"], "a plan faster than any published run of its cell keeps a narrow band"),
     # ---- hybrid sharding (HSDP)
     _m("comm-hsdp-replicate-dropped", "timing", COMM,
        r"return own \+ np\.where\(hybrid & \(cfg\.zero_stage >= 2\), replicate, 0\.0\)", "return own",

@@ -2,18 +2,23 @@
 
 The solver picks the cheapest (or fastest) plan, so where the step-time model is too optimistic it is drawn there.
 For every scenario in scenarios/ this solves the scenario, takes the chosen plan's coverage cell (GPU architecture,
-engine, method, sharding, offload, nodes; optimizer/models/coverage.py) and its predicted MFU, and compares them with
-the published runs (the scored cases of bench/loso.py): is there a run in the cell, and does the plan's predicted
-MFU exceed the best MFU any run in the cell reached? MFU = model FLOPs per token (timing.model_flops_per_token) x
-tokens/s per GPU / the GPU's dense bf16 peak, the same for plans and published runs.
+engine, method, sharding, offload, nodes; optimizer/models/coverage.py) and its predicted hardware FLOPs
+utilisation (HFU: FLOPs executed per token, recomputation included, x tokens/s per GPU / the GPU's dense peak in
+the plan's precision; timing.job_time), and compares them with the published runs (the scored cases of
+bench/loso.py): is there a run in the cell, does the plan's predicted HFU exceed the best HFU any run of the cell
+and precision reached (calibration ``accuracy.time_coverage.best_hfu``), and where it does, how far the efficiency
+ceiling moves the slow end of its time band. MFU is shown too (model FLOPs, no recomputation).
 
     python bench/winners_curse.py            # table and summary (markdown)
+    python bench/winners_curse.py --loso     # also: the reference cases predicted above the OTHER sources' best
+                                             # run of their cell, their error and the error a cap would give
 
 Deterministic: scenarios in name order, the solver's deterministic settings.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -25,53 +30,67 @@ import loso  # noqa: E402
 
 from optimizer.inputs.catalog import load_catalog  # noqa: E402
 from optimizer.models import coverage as cov  # noqa: E402
-from optimizer.models import timing  # noqa: E402
 from optimizer.solve.planner import solve_scenario  # noqa: E402
 
 
-def published_mfu(case: loso.Case) -> float:
-    """A reference case's MFU: model FLOPs per token x published tokens/s per GPU / dense bf16 peak."""
-    job, _cfg, gpus, *_ = case.inputs
-    peak = (gpus[0].bf16_tflops or gpus[0].fp16_tflops) * 1e12
-    return timing.model_flops_per_token(job) * case.published / peak
-
-
-def best_by_cell(cases: list[loso.Case]) -> dict[str, float]:
-    """The highest published MFU in each coverage cell."""
-    best: dict[str, float] = {}
-    for c in cases:
-        best[c.cell] = max(best.get(c.cell, 0.0), published_mfu(c))
-    return best
-
-
-def main() -> None:
+def shipped() -> None:
+    """The table over scenarios/*.yaml."""
     catalog = load_catalog(None)
-    best = best_by_cell(loso.load_cases())
+    accuracy = catalog.calibration["accuracy"]
     rows, outside, above = [], 0, 0
     scenarios = sorted((REPO / "scenarios").glob("*.yaml"))
     for path in scenarios:
         result = solve_scenario(path)
         est, sc = result.best, result.scenario
-        if est.plan is None or est.time is None:
-            rows.append(f"| {path.name} | infeasible | | | | |")
+        if est.plan is None or est.time is None or est.uncertainty is None:
+            rows.append(f"| {path.name} | infeasible | | | | | |")
             continue
-        p = est.plan
-        fw = sc.training.framework.value
-        engine = f"hf_{sc.training.sharding.value}" if fw == "hf" else fw
+        p, t, band = est.plan, est.time, est.uncertainty.time
+        engine = cov.engine(sc.training.framework.value, sc.training.sharding.value)
         cell = cov.cell(catalog.gpus[p.gpu].arch, engine, sc.method.value, p.zero_stage, p.offload.value, p.nodes)
-        reached = best.get(cell)
-        outside += reached is None
-        above += reached is not None and est.time.mfu > reached
-        shown = "no published run" if reached is None else f"{reached:.1%}"
-        rows.append(f"| {path.name} | {p.gpu} x {p.cards} (tp {p.tp}, pp {p.pp}, zero {p.zero_stage}, "
-                    f"{p.offload.value}) | {cell} | {est.time.mfu:.1%} | {shown} | "
-                    f"{'yes' if reached is not None and est.time.mfu > reached else 'no'} |")  # fmt: skip
-    print("| scenario | chosen plan | cell | predicted MFU | best published MFU in the cell | above it |")
-    print("|---|---|---|---|---|---|")
+        covered = cov.covered(accuracy, cell)
+        best = band.best_published_hfu
+        outside += not covered
+        above += bool(band.above_published_runs)
+        shown = "no published run" if not covered else ("no run in this precision" if best is None else f"{best:.1%}")
+        slow = f"{band.hours_p90:,.1f} h (x{band.ratio_p90:g})"
+        rows.append(f"| {path.name} | {p.gpu} x {p.cards} (tp {p.tp}, zero {p.zero_stage}, {p.offload.value}, "
+                    f"ckpt {p.checkpointing.value}, {p.precision.value}) | {cell} | {t.mfu:.1%} | {t.hfu:.1%} | "
+                    f"{shown} | {'yes: ' + slow if band.above_published_runs else 'no'} |")  # fmt: skip
+    print("| scenario | chosen plan | cell | predicted MFU | predicted HFU | best published HFU (cell, precision) "
+          "| above it: slow end |")
+    print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     n = len(scenarios)
-    print(f"\nchosen plans outside every published run's cell: {outside} of {n}; predicted MFU above the best "
-          f"published in their cell: {above} of {n - outside} covered")
+    print(f"\nchosen plans outside every published run's cell: {outside} of {n}; predicted HFU above the best "
+          f"published in their cell and precision: {above} of {n - outside} covered")
+
+
+def held_out() -> None:
+    """Reference cases predicted (leave-one-source-out) above the other sources' best HFU of their cell."""
+    rows = loso.loso(loso.load_cases(), load_catalog(None).calibration["timing"])
+    ceiling = loso.other_best_hfu(rows)
+    print("\n| case | cell | precision | predicted HFU | other sources' best | error | error if capped |")
+    print("|---|---|---|---|---|---|---|")
+    hits = 0
+    for r in rows:
+        c = cov.ceiling_ratio(r.hfu, ceiling.get(r.case.id))
+        if c <= 1.0:
+            continue
+        hits += 1
+        capped = r.predicted / c / r.case.published - 1.0
+        print(f"| {r.case.id} | {r.case.cell} | {r.case.precision} | {r.hfu:.1%} | {ceiling[r.case.id]:.1%} | "
+              f"{r.error:+.1%} | {capped:+.1%} |")
+    print(f"\n{hits} of {len(rows)} cases predicted above the other sources' best run of their cell and precision")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--loso", action="store_true", help="also the held-out cases above their cell's ceiling")
+    args = parser.parse_args()
+    shipped()
+    if args.loso:
+        held_out()
 
 
 if __name__ == "__main__":

@@ -257,16 +257,25 @@ class RatioGroup(RatioBand):
     multi_node: bool | None = None
 
 
-class TimeCoverage(Strict):
-    """The coverage map of the reference throughput cases, or as ``memory_coverage`` the memory cases.
+class CaseCoverage(Strict):
+    """The coverage map of the measured memory cases (``memory_coverage``).
 
-    Cells as optimizer/models/coverage.py builds them.
-
-    ``cells``: the cells of the cases; ``uncovered``: the band of the cases outside every other source's cells.
+    Cells as optimizer/models/coverage.py builds them. ``cells``: the cells of the cases; ``uncovered``: the band
+    of the cases outside every other source's cells.
     """
 
     cells: list[str]
     uncovered: RatioBand
+
+
+class TimeCoverage(CaseCoverage):
+    """The coverage map of the reference throughput cases (``time_coverage``).
+
+    As :class:`CaseCoverage`, and ``best_hfu``: per cell and precision (``<cell>/<precision>``), the highest
+    hardware FLOPs utilisation a published run of them reached (the efficiency ceiling of models/coverage.py).
+    """
+
+    best_hfu: dict[str, float] = Field(default_factory=dict)
 
 
 class Accuracy(Strict):
@@ -281,4 +290,4 @@ class Accuracy(Strict):
     time: RatioBand
     time_groups: list[RatioGroup] = Field(default_factory=list)
     time_coverage: TimeCoverage | None = None
-    memory_coverage: TimeCoverage | None = None  # the same map for the measured memory cases
+    memory_coverage: CaseCoverage | None = None  # the same map for the measured memory cases

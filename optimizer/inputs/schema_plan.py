@@ -58,6 +58,10 @@ class TimeReport(Strict):
     step_seconds: float
     tokens_per_second: float
     mfu: float
+    # hardware FLOPs utilisation: FLOPs executed per token (recomputation included) x tokens/s / (cards x dense
+    # peak of the plan's precision); compared with the published runs of the plan's cell and precision
+    # (models/coverage.py efficiency ceiling)
+    hfu: float | None = None
     hours: float
     steps: int
     interruption_hours: float = 0.0
@@ -97,6 +101,11 @@ class TimeBand(Strict):
     # whether a published run lies in the plan's cell (GPU architecture, engine, method, sharding, offload, nodes;
     # models/coverage.py); false: the band is widened and the output says "no published run like this"
     published_run_like_this: bool | None = None
+    # the highest hardware FLOPs utilisation a published run of the plan's cell and precision reached (None: no
+    # run); when the
+    # plan's predicted time.hfu is above it, above_published_runs is true and hours_p90 is at least the time at it
+    best_published_hfu: float | None = None
+    above_published_runs: bool | None = None
 
 
 class CostBand(Strict):

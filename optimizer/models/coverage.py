@@ -9,14 +9,36 @@ ratios of the cases whose cell no OTHER source covers (``accuracy.time_coverage.
 was, when it was, on a run unlike any it was fitted to. A plan outside the covered cells gets the wider of its own
 band and that one (:func:`widest`), and its output says "no published run like this". The memory model has the same
 map over its measured cases (``accuracy.memory_coverage``; the tail ratio_p99 widens too).
+
+Efficiency ceiling (the winner's curse, docs/time-model.md section 4): the solver is drawn to the plans the step-time
+model is most optimistic about. ``accuracy.time_coverage.best_hfu`` holds, per covered cell and precision
+(:func:`ceiling_key`), the highest hardware FLOPs utilisation any published run of them reached (FLOPs executed
+per token, recomputation included, x tokens/s per GPU / the GPU's dense peak in that precision; HFU rather than
+MFU so that a plan without recomputation is compared fairly with runs that recompute, and per precision because
+an fp8 run's share of the fp8 peak says nothing about a bf16 plan's share of the bf16 peak). There are no fp8
+ceilings: fp8 recipes keep a recipe-dependent part of the work in bf16 (attention, the output layer, whatever the
+recipe excludes), so a share of the fp8 peak compares recipes rather than efficiency. A plan predicted
+above it is faster than any run like it was measured to be: the slow end of its time band is at least the time at
+that efficiency, ratio_p90 >= hfu / best (:func:`ceiling_ratio`), and its output says so. The stored ratio_p90 of
+each band counts a reference case its own ceiling (the other sources' best) already covers as predicted right
+(ratio min(r, 1), bench/loso.py ``slow_end_ratio``), so the same error does not widen the slow end twice.
+
+The prediction itself is not capped, because the evidence is against a cap: under leave-one-source-out, 7 bf16
+cases were predicted above the other sources' best run of their cell (6 llm-foundry MPT runs on 8 x H100, a
+torchtune RTX 4090 run), and 6 of them ran at least as fast as predicted; capped, their errors would have gone
+from -20%..+7% to -81%..-8% (``python bench/winners_curse.py --loso``). The ceiling is a statement of missing
+evidence, a wider slow end, not a different centre.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 NO_RUN = "no published run like this (GPU architecture, engine, method, sharding, offload, nodes): band widened"
+ABOVE_RUNS = ("predicted hardware FLOPs utilisation {hfu:.1%} is above every published run like this "
+              "(best {best:.1%}): the slow end assumes only that efficiency")
 
 
 def sharding_class(zero_stage: int) -> str:
@@ -57,3 +79,30 @@ def covered(accuracy: Mapping[str, Any], plan_cell: str | None, model: str = "ti
     if cov is None or plan_cell is None:
         return None
     return plan_cell in cov["cells"]
+
+
+def ceiling_key(plan_cell: str, precision: str) -> str:
+    """The key of ``accuracy.time_coverage.best_hfu``: the cell and the precision, e.g. ``.../one-node/bf16``."""
+    return f"{plan_cell}/{precision}"
+
+
+def best_hfu(accuracy: Mapping[str, Any], plan_cell: str | None, precision: str) -> float | None:
+    """The highest HFU a published run of the plan's cell and precision reached (``time_coverage.best_hfu``).
+
+    None when no such run exists or the calibration has no such figures.
+    """
+    cov = accuracy.get("time_coverage")
+    if cov is None or plan_cell is None:
+        return None
+    best = (cov.get("best_hfu") or {}).get(ceiling_key(plan_cell, precision))
+    return None if best is None else float(best)
+
+
+def ceiling_ratio(hfu: float, best: float | None) -> float:
+    """Real / predicted compute time if the plan reaches only the cell's best published HFU.
+
+    hfu / best when the prediction is above it, else 1 (module docstring).
+    """
+    if best is None or best <= 0.0 or hfu <= best:
+        return 1.0
+    return math.ceil(hfu / best * 1000.0 - 1e-9) / 1000.0  # three decimals, as the stored ratios, rounded up

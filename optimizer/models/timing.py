@@ -349,12 +349,15 @@ def step_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]
 
 
 def job_time(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """step_seconds, tokens_per_second, mfu, hours and pipeline_chunks of each configuration, (n,) each.
+    """step_seconds, tokens_per_second, mfu, hfu, hours and pipeline_chunks of each configuration, (n,) each.
 
     tokens_per_second is the whole job's; hours include load and checkpoint overheads; pipeline_chunks is the
     interleaved chunks per stage the plan launches with (:func:`pipeline_chunks`).
 
     tokens/s = global_batch x s / step; MFU = model FLOPs per token x tokens/s / (cards x dense bf16 peak);
+    HFU = the FLOPs executed per token (recomputation included, :func:`hardware_flops_per_token`) x tokens/s /
+    (cards x dense peak of the configuration's precision), comparable across checkpointing choices (the efficiency
+    ceiling of models/coverage.py compares it with published runs of the same cell and precision);
     hours = (steps x step + saves x c_save x 2 P / 1e9 + startup) / 3600, with a save every
     ``checkpoint_every_hours`` (scenario value, else calibration) plus the final one.
     """
@@ -363,10 +366,12 @@ def job_time(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) ->
     tps = tokens_step / step
     cards = (cfg.tp * cfg.pp * cfg.dp).astype(np.float64)
     mfu = model_flops_per_token(job) * tps / (cards * hw.bf16_flops)
+    hfu = hardware_flops_per_token(job, cfg, selective_recompute(job, consts)) * tps / (cards * hw.peak_flops)
     train_s = job.steps * step
     every_h = job.checkpoint_every_hours or float(consts["checkpoint_every_hours"])
     saves = np.floor(train_s / 3600.0 / every_h) + 1.0
     save_s = saves * float(consts["checkpoint_seconds_per_gb"]) * job.arch.total_params * 2.0 / 1e9
     hours = (train_s + save_s + float(consts["startup_seconds"])) / 3600.0
     chunks = pipeline_chunks(job, cfg)
-    return {"step_seconds": step, "tokens_per_second": tps, "mfu": mfu, "hours": hours, "pipeline_chunks": chunks}
+    return {"step_seconds": step, "tokens_per_second": tps, "mfu": mfu, "hfu": hfu, "hours": hours,
+            "pipeline_chunks": chunks}

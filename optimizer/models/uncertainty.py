@@ -92,14 +92,30 @@ def hours_at(hours: np.ndarray, steps: int, step_seconds: np.ndarray, ratio: np.
     return fixed + compute * ratio
 
 
-def time_ratios(accuracy: Mapping[str, Any], framework: str, precision: Sequence[str], nodes: np.ndarray,
-                risk: str) -> np.ndarray:  # fmt: skip
-    """Per row, the time model's ratio at ``risk`` for the row's group (:func:`time_band`); 1 without a band."""
+def time_ratios(accuracy: Mapping[str, Any], framework: str, precision: Sequence[str], nodes: np.ndarray, risk: str,
+                cells: Sequence[str] | None = None, hfu: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+    """Per row, the time model's ratio at ``risk`` for the row's plan, as :func:`band` shows it; 1 without a band.
+
+    The row's group band (:func:`time_band`); with ``cells`` (each row's coverage cell) widened outside the
+    published runs (coverage.widest) and, at the slow end (risk p90), raised to the efficiency ceiling of the cell
+    (coverage.ceiling_ratio of the row's predicted ``hfu``).
+    """
     if not accuracy:
         return np.ones(len(nodes))
     out = np.empty(len(nodes))
+    memo: dict[tuple[str, int, str | None], tuple[float, float | None]] = {}
     for i, (prec, n) in enumerate(zip(precision, np.asarray(nodes).tolist(), strict=True)):
-        out[i] = risk_ratio(time_band(accuracy, framework, prec, int(n)), risk)
+        cell = None if cells is None else cells[i]
+        key = (prec, int(n) > 1, cell)
+        if key not in memo:
+            group = time_band(accuracy, framework, prec, int(n))
+            if cell is not None and cov.covered(accuracy, cell) is False:
+                group = cov.widest(group, accuracy["time_coverage"]["uncovered"])
+            memo[key] = (risk_ratio(group, risk), cov.best_hfu(accuracy, cell, prec))
+        ratio, best = memo[key]
+        if hfu is not None and risk != "p50":
+            ratio = max(ratio, cov.ceiling_ratio(float(hfu[i]), best))
+        out[i] = ratio
     return out
 
 
@@ -123,7 +139,8 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
     ``within_budget_p90`` say whether the plan still holds at the unfavourable end (None when the scenario sets
     no deadline or budget). With the GPU's ``arch`` and a coverage map in ``accuracy``, a plan whose cell
     (models/coverage.py) holds no published run gets the wider of its time band and the uncovered cases' band, and
-    likewise for memory with ``accuracy.memory_coverage`` (the measured memory cases' cells).
+    likewise for memory with ``accuracy.memory_coverage`` (the measured memory cases' cells). A plan whose
+    predicted HFU is above the best published run of its cell gets ratio_p90 >= hfu / best (coverage.ceiling_ratio).
     """
     m, t, c, p = est.memory, est.time, est.cost, est.plan
     assert m is not None and t is not None and c is not None and p is not None
@@ -135,6 +152,10 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
     like = cov.covered(accuracy, plan_cell)
     if like is False:
         tim = cov.widest(tim, accuracy["time_coverage"]["uncovered"])
+    best = cov.best_hfu(accuracy, plan_cell, p.precision.value) if like else None
+    above = None if best is None or t.hfu is None else t.hfu > best
+    if above:
+        tim = {**tim, "ratio_p90": max(float(tim["ratio_p90"]), cov.ceiling_ratio(t.hfu, best))}
     mem_like = cov.covered(accuracy, plan_cell, "memory")
     if mem_like is False:
         mem = cov.widest(mem, accuracy["memory_coverage"]["uncovered"])
@@ -160,6 +181,8 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
         hours_p90=hours["ratio_p90"],
         meets_deadline_p90=None if deadline is None else hours["ratio_p90"] <= deadline,
         published_run_like_this=like,
+        best_published_hfu=best,
+        above_published_runs=above,
     )
     bills = cost.bills(np.array([hours["ratio_p10"], hours["ratio_p90"]]), offer, scenario.billing_terms)
     low, high = (round(b.per_card * p.cards, 2) for b in bills)

@@ -166,6 +166,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         step_seconds=round(float(t["step_seconds"][i]), 6),
         tokens_per_second=round(float(t["tokens_per_second"][i]), 3),
         mfu=round(float(t["mfu"][i]), 6),
+        hfu=round(float(t["hfu"][i]), 6),
         hours=round(float(t["hours"][i]), 6),
         steps=space.job.steps,
         interruption_hours=round(float(t["interruption_hours"][i]), 6),

@@ -28,6 +28,7 @@ from optimizer.inputs.errors import InputError, SolverLimitError, did_you_mean
 from optimizer.inputs.schema import Checkpointing, Offload, Precision, Scenario, Term
 from optimizer.inputs.schema_catalog import Gpu, Offer
 from optimizer.models import cost, engines, hosts, memory
+from optimizer.models import coverage as cov
 from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.models.engines import (
     Capabilities,
@@ -802,7 +803,9 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
         bills_out = [b for b, f in zip(bills_out, finite, strict=True) if f]
     budget_total = None
     if scenario.risk_limits:  # the deadline and budget hold at the slow end: margin and bill at the risk's hours
-        cand, budget_total = limits_at_risk(job, scenario, catalog.calibration.get("accuracy", {}), cand, offers, fx)
+        arch = [catalog.gpus[o.gpu].arch for o in offers]
+        cand, budget_total = limits_at_risk(job, scenario, catalog.calibration.get("accuracy", {}), cand, offers, fx,
+                                            arch)  # fmt: skip
     return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, enumerated, fitting, need,
                  catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"), hosts_cal,
                  closest_ram_short(*(np.concatenate(c) for c in zip(*short, strict=True)), offers) if short else None,
@@ -846,17 +849,30 @@ def memory_risk(scenario: Scenario, calibration: Mapping[str, Any]) -> float:
                          "use risk p50 or p90") from None  # fmt: skip
 
 
+def row_cells(scenario: Scenario, cand: Evaluated, arch: list[str]) -> list[str]:
+    """Each row's coverage cell (models/coverage.py), ``arch`` the GPU architecture of each offer."""
+    engine = cov.engine(scenario.training.framework.value, scenario.training.sharding.value)
+    method = scenario.method.value
+    return [cov.cell(arch[k], engine, method, z, OFFLOAD[o].value, n)
+            for k, z, o, n in zip(cand.offer_idx.tolist(), cand.cfg.zero_stage.tolist(), cand.cfg.offload.tolist(),
+                                  cand.nodes.tolist(), strict=True)]  # fmt: skip
+
+
 def limits_at_risk(job: Job, scenario: Scenario, accuracy: Mapping[str, Any], cand: Evaluated, offers: list[Offer],
-                   fx: list[float]) -> tuple[Evaluated, np.ndarray]:  # fmt: skip
+                   fx: list[float], arch: list[str] | None = None) -> tuple[Evaluated, np.ndarray]:  # fmt: skip
     """``risk_limits``: the rows with the deadline margin grown to the slow end, and each row's bill there.
 
-    hours_r = fixed + compute x r (uncertainty.hours_at), r the time model's ratio at ``risk`` for the row's group;
-    the deadline is checked at hours + margin, so the margin grows by hours_r - hours; the budget is checked
-    against the cheapest bill for hours_r.
+    hours_r = fixed + compute x r (uncertainty.hours_at), r the time model's ratio at ``risk`` for the row's plan as
+    its output band shows it (uncertainty.time_ratios: the group's band, widened outside the published runs and
+    raised to the cell's efficiency ceiling when ``arch``, each offer's GPU architecture, is given); the deadline
+    is checked at hours + margin, so the margin grows by hours_r - hours; the budget is checked against the
+    cheapest bill for hours_r.
     """
     precision = [PRECISION[int(p)].value for p in cand.cfg.precision]
     try:
-        ratio = time_ratios(accuracy, scenario.training.framework.value, precision, cand.nodes, scenario.risk.value)
+        cells = None if arch is None else row_cells(scenario, cand, arch)
+        ratio = time_ratios(accuracy, scenario.training.framework.value, precision, cand.nodes, scenario.risk.value,
+                            cells, cand.time.get("hfu"))  # fmt: skip
     except KeyError as exc:
         raise InputError("scenario", "risk_limits", f"{exc.args[0]} for the time model; use risk p50 or p90 "
                          "with risk_limits") from None  # fmt: skip

@@ -38,7 +38,8 @@ from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISIO
 from optimizer.solve.space import hardware as space_hardware
 
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead", "total")
-TIME_DECIMALS = {"step_seconds": 6, "tokens_per_second": 3, "mfu": 6, "hours": 6}  # rounding of the JSON report
+# rounding of the JSON report
+TIME_DECIMALS = {"step_seconds": 6, "tokens_per_second": 3, "mfu": 6, "hfu": 6, "hours": 6}
 _VALID_ZERO_OFFLOAD = {(0, Offload.none), (1, Offload.none), (1, Offload.optimizer), (2, Offload.none),
                        (2, Offload.optimizer), (3, Offload.none), (3, Offload.optimizer), (3, Offload.all)}  # fmt: skip
 _INCREMENT_S = {"hour": 3600, "minute": 60, "second": 1}

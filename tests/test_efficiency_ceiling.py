@@ -1,0 +1,124 @@
+"""The efficiency ceiling (optimizer/models/coverage.py): a plan predicted above every published run of its cell.
+
+scenarios/8b-full-torchtune.yaml chooses 4 x L40S under torchtune FSDP; the only published run of that cell
+(ada/torchtune/full/zero3/none/one-node, bf16) is torchtune's Llama-2-7B on 4 x RTX 4090 at 12% HFU. The plan's
+predicted HFU is far above it, so its slow end is the time at 12%, the output says so, and ``risk_limits`` holds
+the deadline at that slow end in the solver as well as in the report.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from optimizer.inputs.schema_plan import Estimate
+from optimizer.models import coverage as cov
+from optimizer.models.uncertainty import band, time_band, time_ratios
+from optimizer.solve.planner import estimate_scenario, prepare, solve_scenario
+from tests.conftest import REPO
+
+SCENARIO = REPO / "scenarios" / "8b-full-torchtune.yaml"
+PINS = {"gpu": "L40S", "cards": 4, "zero_stage": 3, "offload": "none", "micro_batch": 1, "checkpointing": "full"}
+CELL = "ada/torchtune/full/zero3/none/one-node"
+
+
+def _estimate(tmp_path, **changes) -> Estimate:
+    doc = {**yaml.safe_load(SCENARIO.read_text()), **changes}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return estimate_scenario(path, PINS)
+
+
+def test_ceiling_ratio_is_hfu_over_the_best_run_rounded_up_and_one_below_it():
+    assert cov.ceiling_ratio(0.6, 0.12) == 5.0
+    assert cov.ceiling_ratio(0.61, 0.12) == 5.084  # 5.0833... rounded up to three decimals
+    assert cov.ceiling_ratio(0.11, 0.12) == 1.0
+    assert cov.ceiling_ratio(0.9, None) == 1.0
+    acc = {"time_coverage": {"cells": [CELL], "best_hfu": {f"{CELL}/bf16": 0.12}}}
+    assert cov.best_hfu(acc, CELL, "bf16") == 0.12
+    assert cov.best_hfu(acc, CELL, "fp8") is None  # another precision's runs say nothing
+    assert cov.best_hfu({}, CELL, "bf16") is None
+
+
+def test_hfu_counts_recomputation_and_equals_mfu_without_it(tmp_path):
+    full = _estimate(tmp_path).time
+    assert full.hfu > full.mfu * 1.2  # full recomputation executes the forward twice
+    bare = estimate_scenario(SCENARIO, {**PINS, "checkpointing": "none"}).time  # evaluated even where it does not fit
+    assert bare.hfu == pytest.approx(bare.mfu, rel=1e-6)
+
+
+def test_a_plan_above_the_best_published_run_gets_its_slow_end_at_that_run(tmp_path, catalog):
+    acc = catalog.calibration["accuracy"]
+    best = acc["time_coverage"]["best_hfu"][f"{CELL}/bf16"]
+    est = _estimate(tmp_path)
+    t, band = est.time, est.uncertainty.time
+    assert band.published_run_like_this is True
+    assert t.hfu > best  # the premise: the model is more optimistic than any run of the cell
+    assert band.above_published_runs is True and band.best_published_hfu == best
+    ratio = cov.ceiling_ratio(t.hfu, best)
+    group = time_band(acc, "torchtune", "bf16", 1)
+    assert ratio > float(group["ratio_p90"])
+    assert band.ratio_p90 == ratio
+    compute = t.steps * t.step_seconds / 3600.0
+    assert band.hours_p90 == pytest.approx(t.hours - compute + compute * ratio, abs=1e-5)
+    assert band.ratio_p10 == float(group["ratio_p10"])  # the fast end is untouched
+
+
+def test_a_plan_below_the_best_published_run_keeps_its_band(tmp_path, catalog):
+    acc = catalog.calibration["accuracy"]
+    est = _estimate(tmp_path)
+    scenario, cat, _ = prepare(tmp_path / "s.yaml")
+    offer = next(o for o in cat.offers if o.id == est.plan.offer)
+    raised = {**acc, "time_coverage": {**acc["time_coverage"],
+                                       "best_hfu": {**acc["time_coverage"]["best_hfu"], f"{CELL}/bf16": 0.99}}}
+    again = band(est, offer, 1.0, scenario, raised, "ada").time
+    assert again.above_published_runs is False and again.best_published_hfu == 0.99
+    assert again.ratio_p90 == float(time_band(acc, "torchtune", "bf16", 1)["ratio_p90"])
+    assert band(est, offer, 1.0, scenario, acc, "ada").time.above_published_runs is True  # the same plan, as shipped
+
+
+def test_the_output_says_the_plan_is_above_every_published_run(tmp_path, run_cli):
+    doc = yaml.safe_load(SCENARIO.read_text())
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    args = ["--gpu=L40S", "--cards=4", "--zero=3", "--micro-batch=1", "--checkpointing=full"]
+    text = " ".join(run_cli("estimate", str(path), *args).stdout.split())
+    assert "is above every published run like this (best 12.0%)" in text
+    out = json.loads(run_cli("estimate", str(path), *args, "--json").stdout)
+    assert out["uncertainty"]["time"]["above_published_runs"] is True
+    assert out["time"]["hfu"] > out["uncertainty"]["time"]["best_published_hfu"]
+
+
+def test_risk_limits_hold_the_deadline_at_the_ceiling_in_the_solver(tmp_path, catalog):
+    # Without risk_limits the cheapest plan is the L40S one, whose slow end (at the 4090 run's 12%) is past 10 h
+    # while its group band alone would put it under 10 h: the solver must see the ceiling, not just the report.
+    doc = {**yaml.safe_load(SCENARIO.read_text()), "deadline_hours": 10}
+    path = tmp_path / "plain.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    plain = solve_scenario(path).best
+    assert plain.plan is not None and plain.plan.gpu == "L40S"
+    t = plain.time
+    compute = t.steps * t.step_seconds / 3600.0
+    group = float(time_band(catalog.calibration["accuracy"], "torchtune", "bf16", 1)["ratio_p90"])
+    assert t.hours - compute + compute * group <= 10 < plain.uncertainty.time.hours_p90
+    path = tmp_path / "risk.yaml"
+    path.write_text(yaml.safe_dump({**doc, "risk_limits": True}, sort_keys=False))
+    robust = solve_scenario(path).best
+    assert robust.plan is not None
+    assert robust.uncertainty.time.meets_deadline_p90 is True
+    assert robust.uncertainty.time.hours_p90 <= 10
+
+
+def test_time_ratios_apply_the_ceiling_per_row_at_the_slow_end_only(catalog):
+    acc = catalog.calibration["accuracy"]
+    best = acc["time_coverage"]["best_hfu"][f"{CELL}/bf16"]
+    cells, hfu = [CELL, CELL], np.array([best / 2, best * 3])
+    nodes, prec = np.array([1, 1]), ["bf16", "bf16"]
+    slow = time_ratios(acc, "torchtune", prec, nodes, "p90", cells, hfu)
+    group = float(time_band(acc, "torchtune", "bf16", 1)["ratio_p90"])
+    assert slow[0] == group and slow[1] == max(group, 3.0)
+    mid = time_ratios(acc, "torchtune", prec, nodes, "p50", cells, hfu)
+    assert mid[0] == mid[1] == float(time_band(acc, "torchtune", "bf16", 1)["ratio_p50"])
