@@ -122,3 +122,9 @@ def test_time_ratios_apply_the_ceiling_per_row_at_the_slow_end_only(catalog):
     assert slow[0] == group and slow[1] == max(group, 3.0)
     mid = time_ratios(acc, "torchtune", prec, nodes, "p50", cells, hfu)
     assert mid[0] == mid[1] == float(time_band(acc, "torchtune", "bf16", 1)["ratio_p50"])
+
+
+def test_the_html_report_carries_the_same_evidence_line(tmp_path, run_cli):
+    page = tmp_path / "plan.html"
+    run_cli("solve", str(SCENARIO), "--html", str(page))
+    assert "is above every published run like this (best 12.0%)" in page.read_text(encoding="utf-8")

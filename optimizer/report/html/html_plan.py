@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from optimizer.inputs.catalog import load_catalog
+from optimizer.models.coverage import ABOVE_RUNS, NO_RUN
 from optimizer.report.html.html_shell import GIB, Cell, bullets, cell, definitions, esc, gib, money, num, section, table
 from optimizer.report.html.html_svg import band, stacked_bar
 from optimizer.report.offer import figure
@@ -174,6 +175,10 @@ def time_cost_section(doc: dict[str, Any], bound: dict[str, Any] | None = None) 
     if ut:
         facts.append(("Hours, 10th-90th", f"{num(ut['hours_p10'])}-{num(ut['hours_p90'])} h (on {ut['cases']} "
                       "held-out cases)" + _holds("deadline", ut.get("meets_deadline_p90"))))  # fmt: skip
+        if ut.get("published_run_like_this") is False:
+            facts.append(("Evidence", esc(NO_RUN)))
+        if ut.get("above_published_runs") and t.get("hfu") is not None:
+            facts.append(("Evidence", esc(ABOVE_RUNS.format(hfu=t["hfu"], best=ut["best_published_hfu"]))))
     if uc:
         lo, hi = money(uc["total_p10"], uc["currency"]), money(uc["total_p90"], uc["currency"])
         facts.append(("Bill, 10th-90th", f"{lo} to {hi}" + _holds("budget", uc.get("within_budget_p90"))))
