@@ -112,16 +112,21 @@ def test_risk_limits_hold_the_deadline_at_the_ceiling_in_the_solver(tmp_path, ca
     assert robust.uncertainty.time.hours_p90 <= 10
 
 
-def test_time_ratios_apply_the_ceiling_per_row_at_the_slow_end_only(catalog):
+def test_the_vectorised_ceiling_agrees_with_the_scalar_one():
+    hfu = np.array([0.05, 0.12, 0.121, 0.6, 0.61, 0.9, 0.3])
+    best = np.array([0.12, 0.12, 0.12, 0.12, 0.12, np.nan, 0.0])
+    want = [cov.ceiling_ratio(h, None if np.isnan(b) or b == 0 else b) for h, b in zip(hfu, best, strict=True)]
+    assert cov.ceiling_ratios(hfu, best).tolist() == want
+
+
+def test_time_ratios_widen_per_cell(catalog):
     acc = catalog.calibration["accuracy"]
-    best = acc["time_coverage"]["best_hfu"][f"{CELL}/bf16"]
-    cells, hfu = [CELL, CELL], np.array([best / 2, best * 3])
-    nodes, prec = np.array([1, 1]), ["bf16", "bf16"]
-    slow = time_ratios(acc, "torchtune", prec, nodes, "p90", cells, hfu)
-    group = float(time_band(acc, "torchtune", "bf16", 1)["ratio_p90"])
-    assert slow[0] == group and slow[1] == max(group, 3.0)
-    mid = time_ratios(acc, "torchtune", prec, nodes, "p50", cells, hfu)
-    assert mid[0] == mid[1] == float(time_band(acc, "torchtune", "bf16", 1)["ratio_p50"])
+    group = time_band(acc, "torchtune", "bf16", 1)
+    outside = "ada/torchtune/full/zero3/all/one-node"
+    assert outside not in acc["time_coverage"]["cells"]
+    ratios = time_ratios(acc, "torchtune", ["bf16", "bf16"], np.array([1, 1]), "p90", [CELL, outside])
+    wide = cov.widest(group, acc["time_coverage"]["uncovered"])
+    assert ratios.tolist() == [float(group["ratio_p90"]), float(wide["ratio_p90"])]
 
 
 def test_the_html_report_carries_the_same_evidence_line(tmp_path, run_cli):

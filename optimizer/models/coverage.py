@@ -36,6 +36,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 NO_RUN = "no published run like this (GPU architecture, engine, method, sharding, offload, nodes): band widened"
 ABOVE_RUNS = ("predicted hardware FLOPs utilisation {hfu:.1%} is above every published run like this "
               "(best {best:.1%}): the slow end assumes only that efficiency")
@@ -106,3 +108,10 @@ def ceiling_ratio(hfu: float, best: float | None) -> float:
     if best is None or best <= 0.0 or hfu <= best:
         return 1.0
     return math.ceil(hfu / best * 1000.0 - 1e-9) / 1000.0  # three decimals, as the stored ratios, rounded up
+
+
+def ceiling_ratios(hfu: np.ndarray, best: np.ndarray) -> np.ndarray:
+    """:func:`ceiling_ratio` per row, (n,); ``best`` NaN where the row's cell and precision have no figure."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.ceil(hfu / best * 1000.0 - 1e-9) / 1000.0
+    return np.where((best > 0.0) & (hfu > best), ratio, 1.0)

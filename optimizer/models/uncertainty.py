@@ -93,17 +93,17 @@ def hours_at(hours: np.ndarray, steps: int, step_seconds: np.ndarray, ratio: np.
 
 
 def time_ratios(accuracy: Mapping[str, Any], framework: str, precision: Sequence[str], nodes: np.ndarray, risk: str,
-                cells: Sequence[str] | None = None, hfu: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
-    """Per row, the time model's ratio at ``risk`` for the row's plan, as :func:`band` shows it; 1 without a band.
+                cells: Sequence[str] | None = None) -> np.ndarray:  # fmt: skip
+    """Per row, the time model's ratio at ``risk`` for the row's group band (:func:`time_band`); 1 without a band.
 
-    The row's group band (:func:`time_band`); with ``cells`` (each row's coverage cell) widened outside the
-    published runs (coverage.widest) and, at the slow end (risk p90), raised to the efficiency ceiling of the cell
-    (coverage.ceiling_ratio of the row's predicted ``hfu``).
+    As :func:`band` shows it before the efficiency ceiling. With ``cells`` (each row's coverage cell) the band is
+    widened outside the published runs (coverage.widest). The ceiling is per row (coverage.ceiling_ratios of the
+    row's predicted HFU; solve/space.py slow_end_ratios).
     """
     if not accuracy:
         return np.ones(len(nodes))
     out = np.empty(len(nodes))
-    memo: dict[tuple[str, int, str | None], tuple[float, float | None]] = {}
+    memo: dict[tuple[str, bool, str | None], float] = {}
     for i, (prec, n) in enumerate(zip(precision, np.asarray(nodes).tolist(), strict=True)):
         cell = None if cells is None else cells[i]
         key = (prec, int(n) > 1, cell)
@@ -111,11 +111,8 @@ def time_ratios(accuracy: Mapping[str, Any], framework: str, precision: Sequence
             group = time_band(accuracy, framework, prec, int(n))
             if cell is not None and cov.covered(accuracy, cell) is False:
                 group = cov.widest(group, accuracy["time_coverage"]["uncovered"])
-            memo[key] = (risk_ratio(group, risk), cov.best_hfu(accuracy, cell, prec))
-        ratio, best = memo[key]
-        if hfu is not None and risk != "p50":
-            ratio = max(ratio, cov.ceiling_ratio(float(hfu[i]), best))
-        out[i] = ratio
+            memo[key] = risk_ratio(group, risk)
+        out[i] = memo[key]
     return out
 
 

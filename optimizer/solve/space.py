@@ -849,13 +849,34 @@ def memory_risk(scenario: Scenario, calibration: Mapping[str, Any]) -> float:
                          "use risk p50 or p90") from None  # fmt: skip
 
 
-def row_cells(scenario: Scenario, cand: Evaluated, arch: list[str]) -> list[str]:
-    """Each row's coverage cell (models/coverage.py), ``arch`` the GPU architecture of each offer."""
-    engine = cov.engine(scenario.training.framework.value, scenario.training.sharding.value)
-    method = scenario.method.value
-    return [cov.cell(arch[k], engine, method, z, OFFLOAD[o].value, n)
-            for k, z, o, n in zip(cand.offer_idx.tolist(), cand.cfg.zero_stage.tolist(), cand.cfg.offload.tolist(),
-                                  cand.nodes.tolist(), strict=True)]  # fmt: skip
+def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evaluated,
+                    arch: list[str] | None) -> np.ndarray:  # fmt: skip
+    """Each row's time ratio at the scenario's risk, as its plan's band shows it (uncertainty.band), (n,).
+
+    The group band at ``risk``, widened when no published run lies in the row's coverage cell, and at p90 raised to
+    the cell's efficiency ceiling (coverage.ceiling_ratios). Evaluated once per distinct (GPU architecture, ZeRO
+    stage, offload, one node or several, precision): the bands depend on nothing else. ``arch``: each offer's GPU
+    architecture (None: group bands only).
+    """
+    framework, risk = scenario.training.framework.value, scenario.risk.value
+    precision = [PRECISION[int(p)].value for p in cand.cfg.precision]
+    if arch is None:
+        return time_ratios(accuracy, framework, precision, cand.nodes, risk)
+    names = sorted(set(arch))
+    code = np.array([names.index(a) for a in arch], dtype=np.int64)[cand.offer_idx]
+    keys = np.stack([code, cand.cfg.zero_stage, cand.cfg.offload, (cand.nodes > 1).astype(np.int64),
+                     cand.cfg.precision], axis=1)  # fmt: skip
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    engine = cov.engine(framework, scenario.training.sharding.value)
+    cells = [cov.cell(names[a], engine, scenario.method.value, int(z), OFFLOAD[o].value, 2 if m else 1)
+             for a, z, o, m, _ in uniq.tolist()]  # fmt: skip
+    prec = [PRECISION[p].value for p in uniq[:, 4].tolist()]
+    nodes = np.where(uniq[:, 3] > 0, 2, 1)
+    ratio = time_ratios(accuracy, framework, prec, nodes, risk, cells)[inverse.ravel()]
+    if risk == "p50" or "hfu" not in cand.time:
+        return ratio
+    best = np.array([cov.best_hfu(accuracy, c, p) or np.nan for c, p in zip(cells, prec, strict=True)])
+    return np.maximum(ratio, cov.ceiling_ratios(cand.time["hfu"], best[inverse.ravel()]))
 
 
 def limits_at_risk(job: Job, scenario: Scenario, accuracy: Mapping[str, Any], cand: Evaluated, offers: list[Offer],
@@ -863,16 +884,13 @@ def limits_at_risk(job: Job, scenario: Scenario, accuracy: Mapping[str, Any], ca
     """``risk_limits``: the rows with the deadline margin grown to the slow end, and each row's bill there.
 
     hours_r = fixed + compute x r (uncertainty.hours_at), r the time model's ratio at ``risk`` for the row's plan as
-    its output band shows it (uncertainty.time_ratios: the group's band, widened outside the published runs and
+    its output band shows it (:func:`slow_end_ratios`: the group's band, widened outside the published runs and
     raised to the cell's efficiency ceiling when ``arch``, each offer's GPU architecture, is given); the deadline
     is checked at hours + margin, so the margin grows by hours_r - hours; the budget is checked against the
     cheapest bill for hours_r.
     """
-    precision = [PRECISION[int(p)].value for p in cand.cfg.precision]
     try:
-        cells = None if arch is None else row_cells(scenario, cand, arch)
-        ratio = time_ratios(accuracy, scenario.training.framework.value, precision, cand.nodes, scenario.risk.value,
-                            cells, cand.time.get("hfu"))  # fmt: skip
+        ratio = slow_end_ratios(scenario, accuracy, cand, arch)
     except KeyError as exc:
         raise InputError("scenario", "risk_limits", f"{exc.args[0]} for the time model; use risk p50 or p90 "
                          "with risk_limits") from None  # fmt: skip
