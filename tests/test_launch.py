@@ -289,6 +289,18 @@ def test_torchtune_keys_carry_the_scenario_and_the_plan():
     assert "--rdzv" not in lora["command"]
 
 
+def test_torchtune_adamw_runs_fused_as_the_hf_launch_does():
+    """torch AdamW's default multi-tensor path keeps a copy of the second moment per step and moves about three times
+    the optimizer traffic the model prices; the fused kernel is what both launch families ask for."""
+    tt = launch_settings(_scenario("full", framework="torchtune", sharding="fsdp"), _plan(), cards_per_node=8)
+    assert tt["torchtune"]["optimizer"] == {"_component_": "torch.optim.AdamW", "fused": True}
+    hf = launch_settings(_scenario("full", sharding="fsdp"), _plan(), cards_per_node=8)
+    assert hf["training_arguments"]["optim"] == "adamw_torch_fused"
+    sgd = launch_settings(_scenario("full", framework="torchtune", sharding="fsdp"), _plan(optimizer="sgd"),
+                          cards_per_node=8)  # fmt: skip
+    assert sgd["torchtune"]["optimizer"] == {"_component_": "torch.optim.SGD"}
+
+
 def test_torchtune_notes_what_the_recipe_cannot_run():
     sc = _scenario("full", framework="torchtune", sharding="fsdp")
 

@@ -45,6 +45,21 @@ OPTIMIZER_COMPONENT = {
 }
 
 
+def optimizer_block(name: OptimizerName) -> dict[str, Any]:
+    """The recipe's ``optimizer`` component.
+
+    torch AdamW runs fused (``fused: True``): one kernel per parameter group instead of torch's default multi-tensor
+    path, which keeps a temporary copy of the second moment for each step (torchtune's own configs turn ``foreach``
+    off for that memory) and moves about three times the optimizer traffic the time model prices (calibration
+    ``optimizer_bytes_per_param``, docs/time-model.md). The HF launch files ask for the same kernel (``optim:
+    adamw_torch_fused``).
+    """
+    block: dict[str, Any] = {"_component_": OPTIMIZER_COMPONENT[name]}
+    if name is OptimizerName.adamw:
+        block["fused"] = True
+    return block
+
+
 def builder_entry(name: str) -> tuple[str, str] | None:
     """(torchtune.models module, base builder) for a catalog name or a variant of one, None when unknown.
 
@@ -96,7 +111,7 @@ def torchtune_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> t
     model, notes = model_component(scenario)
     keys: dict[str, Any] = {
         "model": model,
-        "optimizer": {"_component_": OPTIMIZER_COMPONENT[plan.optimizer]},
+        "optimizer": optimizer_block(plan.optimizer),
         "batch_size": plan.micro_batch,
         "gradient_accumulation_steps": plan.grad_accum,
         "enable_activation_checkpointing": recompute,
