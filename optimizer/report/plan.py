@@ -170,7 +170,8 @@ def estimate_lines(est: Estimate) -> list[Any]:
         *offer_lines(est),
         memory_table(est),
         f"Memory: {fits}. Time: {t.hours:,.1f} h wall clock, {t.steps:,} steps of {t.step_seconds:.2f} s, "
-        f"{t.tokens_per_second:,.0f} tokens/s, MFU {100 * t.mfu:.1f}%",
+        f"{t.tokens_per_second:,.0f} tokens/s, MFU {100 * t.mfu:.1f}%"
+        + (f", HFU {100 * t.hfu:.1f}%" if t.hfu is not None else ""),
         f"Cost: {c.total:,.2f} {c.currency}"
         + (f" (= {c.budget_currency_total:,.2f} {c.budget_currency or 'in budget currency'})"
            if c.budget_currency_total is not None else "")
