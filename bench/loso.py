@@ -211,7 +211,9 @@ def prepare(case: dict[str, Any], tmp: Path) -> Case:
     inputs = (job, cfg, gpus, offers, ev.offer_idx[row], ev.cards[row], ev.nodes[row])
     consts = catalog.calibration["timing"]
     hw = space.hardware(gpus, offers, ev.offer_idx[row], ev.cards[row], ev.nodes[row], cfg.precision, consts)
-    flops = timing.hardware_flops_per_token(job, cfg, timing.selective_recompute(job, consts))[0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = timing.job_time(job, cfg, hw, consts)  # HFU per tokens/s per GPU does not depend on the constants fitted
+    flops_share = float(t["hfu"][0] / (t["tokens_per_second"][0] / int(ev.cards[0])))
     notes = case.get("notes", "")
     engine = f"hf_{job.sharding.value}" if job.framework.value == "hf" else job.framework.value
     cell = cov.cell(gpus[0].arch, engine, job.method.value, int(cfg.zero_stage[0]), OFFLOAD[int(cfg.offload[0])].value,
@@ -221,7 +223,7 @@ def prepare(case: dict[str, Any], tmp: Path) -> Case:
         framework=case["scenario"]["training"]["framework"], precision=sc.plan.precision.value,
         gpu=gpus[0].id, cards=int(ev.cards[0]), nodes=int(ev.nodes[0]),
         published=published_tokens_per_second_per_gpu(case), cell=cell, inputs=inputs,
-        flops_share=float(flops / hw.peak_flops[0]),
+        flops_share=flops_share,
     )  # fmt: skip
 
 
@@ -393,11 +395,13 @@ NO_CEILING = {"fp8"}  # precisions without an efficiency ceiling (optimizer/mode
 def other_best_hfu(rows: list[Row]) -> dict[str, float]:
     """Case id -> the highest published HFU in its cell and precision among the OTHER sources' cases (cases with
     none left out): the efficiency ceiling (coverage.ceiling_ratio) the case meets under leave-one-source-out."""
+    runs: dict[str, list[tuple[str, float]]] = {}
+    for r in rows:
+        if r.case.precision not in NO_CEILING:
+            runs.setdefault(cov.ceiling_key(r.case.cell, r.case.precision), []).append((r.case.source, r.case.hfu))
     out: dict[str, float] = {}
     for r in rows:
-        key = cov.ceiling_key(r.case.cell, r.case.precision)
-        other = [o.case.hfu for o in rows if o.case.precision not in NO_CEILING
-                 and cov.ceiling_key(o.case.cell, o.case.precision) == key and o.case.source != r.case.source]
+        other = [h for s, h in runs.get(cov.ceiling_key(r.case.cell, r.case.precision), []) if s != r.case.source]
         if other:
             out[r.case.id] = max(other)
     return out

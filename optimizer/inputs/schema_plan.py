@@ -102,8 +102,8 @@ class TimeBand(Strict):
     # models/coverage.py); false: the band is widened and the output says "no published run like this"
     published_run_like_this: bool | None = None
     # the highest hardware FLOPs utilisation a published run of the plan's cell and precision reached (None: no
-    # run); when the
-    # plan's predicted time.hfu is above it, above_published_runs is true and hours_p90 is at least the time at it
+    # run); when the plan's predicted time.hfu is above it, above_published_runs is true and hours_p90 is at least
+    # the time at that efficiency
     best_published_hfu: float | None = None
     above_published_runs: bool | None = None
 

@@ -32,7 +32,6 @@ evidence, a wider slow end, not a different centre.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -105,13 +104,14 @@ def ceiling_ratio(hfu: float, best: float | None) -> float:
 
     hfu / best when the prediction is above it, else 1 (module docstring).
     """
-    if best is None or best <= 0.0 or hfu <= best:
-        return 1.0
-    return math.ceil(hfu / best * 1000.0 - 1e-9) / 1000.0  # three decimals, as the stored ratios, rounded up
+    return float(ceiling_ratios(np.array([hfu]), np.array([np.nan if best is None else best]))[0])
 
 
 def ceiling_ratios(hfu: np.ndarray, best: np.ndarray) -> np.ndarray:
-    """:func:`ceiling_ratio` per row, (n,); ``best`` NaN where the row's cell and precision have no figure."""
+    """:func:`ceiling_ratio` per row, (n,); ``best`` NaN where the row's cell and precision have no figure.
+
+    hfu / best rounded up to three decimals (as the stored ratios) where hfu > best > 0, else 1.
+    """
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.ceil(hfu / best * 1000.0 - 1e-9) / 1000.0
     return np.where((best > 0.0) & (hfu > best), ratio, 1.0)

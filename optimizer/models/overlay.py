@@ -164,8 +164,7 @@ def scale_time(loaded: LoadedOverlay, time: dict[str, np.ndarray], arch: np.ndar
     t["step_seconds"] = step * f_t
     t["tokens_per_second"] = time["tokens_per_second"] / f_t
     t["mfu"] = time["mfu"] / f_t
-    if "hfu" in time:
-        t["hfu"] = time["hfu"] / f_t
+    t["hfu"] = time["hfu"] / f_t
     t["hours"] = time["hours"] + steps * step * (f_t - 1.0) / 3600.0
     return t
 

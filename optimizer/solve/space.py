@@ -803,9 +803,9 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
         bills_out = [b for b, f in zip(bills_out, finite, strict=True) if f]
     budget_total = None
     if scenario.risk_limits:  # the deadline and budget hold at the slow end: margin and bill at the risk's hours
-        arch = [catalog.gpus[o.gpu].arch for o in offers]
+        gpu_arch = [catalog.gpus[o.gpu].arch for o in offers]
         cand, budget_total = limits_at_risk(job, scenario, catalog.calibration.get("accuracy", {}), cand, offers, fx,
-                                            arch)  # fmt: skip
+                                            gpu_arch)  # fmt: skip
     return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, enumerated, fitting, need,
                  catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"), hosts_cal,
                  closest_ram_short(*(np.concatenate(c) for c in zip(*short, strict=True)), offers) if short else None,
@@ -873,7 +873,7 @@ def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evalu
     prec = [PRECISION[p].value for p in uniq[:, 4].tolist()]
     nodes = np.where(uniq[:, 3] > 0, 2, 1)
     ratio = time_ratios(accuracy, framework, prec, nodes, risk, cells)[inverse.ravel()]
-    if risk == "p50" or "hfu" not in cand.time:
+    if risk == "p50":
         return ratio
     best = np.array([cov.best_hfu(accuracy, c, p) or np.nan for c, p in zip(cells, prec, strict=True)])
     return np.maximum(ratio, cov.ceiling_ratios(cand.time["hfu"], best[inverse.ravel()]))
