@@ -393,11 +393,12 @@ NO_CEILING = {"fp8"}  # precisions without an efficiency ceiling (optimizer/mode
 
 
 def other_best_hfu(rows: list[Row]) -> dict[str, float]:
-    """Case id -> the highest published HFU in its cell and precision among the OTHER sources' cases (cases with
-    none left out): the efficiency ceiling (coverage.ceiling_ratio) the case meets under leave-one-source-out."""
+    """Case id -> the highest published HFU in its cell and precision among the OTHER sources' measured cases
+    (cases with none left out): the efficiency ceiling (coverage.ceiling_ratio) the case meets under
+    leave-one-source-out. Derived and "do not fit" cases set no ceiling (:func:`best_hfu_by_cell`)."""
     runs: dict[str, list[tuple[str, float]]] = {}
     for r in rows:
-        if r.case.precision not in NO_CEILING:
+        if r.case.fit and r.case.precision not in NO_CEILING:
             runs.setdefault(cov.ceiling_key(r.case.cell, r.case.precision), []).append((r.case.source, r.case.hfu))
     out: dict[str, float] = {}
     for r in rows:
@@ -408,12 +409,16 @@ def other_best_hfu(rows: list[Row]) -> dict[str, float]:
 
 
 def best_hfu_by_cell(rows: list[Row]) -> dict[str, float]:
-    """Cell and precision (coverage.ceiling_key) -> the highest published HFU of its cases (calibration
+    """Cell and precision (coverage.ceiling_key) -> the highest published HFU of its measured cases (calibration
     ``accuracy.time_coverage.best_hfu``), 4 decimals rounded down so that a run at the stored figure is not above it.
+
+    Only cases the fit uses (``Case.fit``: measured, not marked "do not fit") set a ceiling: the derived torchtune
+    single-GPU rows convert to 84-101% of the card's dense peak (their own notes call that implausible), and a
+    ceiling at or above the peak bounds nothing.
     """
     best: dict[str, float] = {}
     for r in rows:
-        if r.case.precision in NO_CEILING:
+        if not r.case.fit or r.case.precision in NO_CEILING:
             continue
         key = cov.ceiling_key(r.case.cell, r.case.precision)
         best[key] = max(best.get(key, 0.0), r.case.hfu)
@@ -564,7 +569,7 @@ def accuracy_section(memory: dict[str, Any], time: dict[str, Any]) -> str:
         "    cells:",
         *[f"      - {c}" for c in time["time_coverage"]["cells"]],
         "    # best_hfu: per cell and precision, the highest hardware FLOPs utilisation (FLOPs executed per token x",
-        "    #   tokens/s per GPU / dense peak in that precision) a published run reached; a plan predicted above it",
+        "    #   tokens/s per GPU / dense peak in that precision) a published measured run reached; a plan above it",
         "    #   gets the slow end of its band at that efficiency (optimizer/models/coverage.py, the winner's curse)",
         "    best_hfu:",
         *[f"      {c}: {v}" for c, v in time["time_coverage"]["best_hfu"].items()],
