@@ -43,7 +43,7 @@ from optimizer.inputs.catalog import load_catalog, resolve_model  # noqa: E402
 from optimizer.inputs.schema import PlanPins  # noqa: E402
 from optimizer.inputs.yamlio import validate  # noqa: E402
 from optimizer.models import coverage as cov  # noqa: E402
-from optimizer.models import timing  # noqa: E402
+from optimizer.models import hosts, timing  # noqa: E402
 from optimizer.models.configs import OFFLOAD  # noqa: E402
 from optimizer.models.uncertainty import ratio_quantiles, time_band  # noqa: E402
 from optimizer.solve import planner, space  # noqa: E402
@@ -216,8 +216,9 @@ def prepare(case: dict[str, Any], tmp: Path) -> Case:
     flops_share = float(t["hfu"][0] / (t["tokens_per_second"][0] / int(ev.cards[0])))
     notes = case.get("notes", "")
     engine = f"hf_{job.sharding.value}" if job.framework.value == "hf" else job.framework.value
+    staged = cov.staged(hosts.p2p(gpus[0], offers[int(ev.offer_idx[0])]), int(ev.cards[0]), int(ev.nodes[0]))
     cell = cov.cell(gpus[0].arch, engine, job.method.value, int(cfg.zero_stage[0]), OFFLOAD[int(cfg.offload[0])].value,
-                    int(ev.nodes[0]))  # fmt: skip
+                    int(ev.nodes[0]), staged)  # fmt: skip
     return Case(
         id=case["id"], source=source, kind=case["kind"], fit=case["kind"] == "measured" and "do not fit" not in notes,
         framework=case["scenario"]["training"]["framework"], precision=sc.plan.precision.value,

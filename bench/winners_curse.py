@@ -47,7 +47,10 @@ def shipped() -> None:
             continue
         p, t, band = est.plan, est.time, est.uncertainty.time
         engine = cov.engine(sc.training.framework.value, sc.training.sharding.value)
-        cell = cov.cell(catalog.gpus[p.gpu].arch, engine, sc.method.value, p.zero_stage, p.offload.value, p.nodes)
+        gpu = catalog.gpus[p.gpu]
+        linked = gpu.p2p if est.offer is None or est.offer.p2p is None else est.offer.p2p
+        cell = cov.cell(gpu.arch, engine, sc.method.value, p.zero_stage, p.offload.value, p.nodes,
+                        cov.staged(linked, p.cards, p.nodes))  # fmt: skip
         covered = cov.covered(accuracy, cell)
         best = band.best_published_hfu
         outside += not covered

@@ -2,7 +2,8 @@
 
 A plan's *cell* is the combination of the things that change the step-time model's error most (docs/time-model.md
 section 4): GPU architecture, engine (hf_deepspeed, hf_fsdp, torchtune, nemo), method (full, lora, qlora), data
-sharding (stage 0, stages 1-2, stage 3), offload (none, optimizer, all) and scale (one node or several). A cell is
+sharding (stage 0, stages 1-2, stage 3), offload (none, optimizer, all) and scale (one node or several, and whether
+the GPUs of a node reach each other only through host memory: ``-no-p2p``). A cell is
 *covered* when at least one scored reference throughput case lies in it. ``bench/loso.py --write`` stores the
 covered cells in calibration.yaml ``accuracy.time_coverage.cells`` and the percentiles of the leave-one-source-out
 ratios of the cases whose cell no OTHER source covers (``accuracy.time_coverage.uncovered``): how wrong the model
@@ -23,10 +24,12 @@ that efficiency, ratio_p90 >= hfu / best (:func:`ceiling_ratio`), and its output
 each band counts a reference case its own ceiling (the other sources' best) already covers as predicted right
 (ratio min(r, 1), bench/loso.py ``slow_end_ratio``), so the same error does not widen the slow end twice.
 
-The prediction itself is not capped, because the evidence is against a cap: under leave-one-source-out, 7 bf16
-cases were predicted above the other sources' best run of their cell (6 llm-foundry MPT runs on 8 x H100, a
-torchtune RTX 4090 run), and 6 of them ran at least as fast as predicted; capped, their errors would have gone
-from -20%..+7% to -81%..-8% (``python bench/winners_curse.py --loso``). The ceiling is a statement of missing
+Only measured runs set a ceiling (derived rows that convert to 84-101% of the peak bound nothing).
+
+The prediction itself is not capped, because the evidence is against a cap: under leave-one-source-out, 6 bf16
+cases were predicted above the other sources' best measured run of their cell (llm-foundry MPT runs on 8 x H100),
+and 5 of them ran at least as fast as predicted; capped, their errors would have gone from -20%..+7% to -32%..-8%
+(``python bench/winners_curse.py --loso``). The ceiling is a statement of missing
 evidence, a wider slow end, not a different centre.
 """
 
@@ -37,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-NO_RUN = "no published run like this (GPU architecture, engine, method, sharding, offload, nodes): band widened"
+NO_RUN = ("no published run like this (GPU architecture, engine, method, sharding, offload, nodes, peer-to-peer): "
+          "band widened")
 ABOVE_RUNS = ("predicted hardware FLOPs utilisation {hfu:.1%} is above every published run like this "
               "(best {best:.1%}): the slow end assumes only that efficiency")
 
@@ -52,9 +56,23 @@ def engine(framework: str, sharding: str) -> str:
     return f"hf_{sharding}" if framework == "hf" else framework
 
 
-def cell(arch: str, engine: str, method: str, zero_stage: int, offload: str, nodes: int) -> str:
-    """The coverage cell of a plan, e.g. ``ampere/hf_fsdp/full/zero3/none/multi-node``."""
-    scale = "multi-node" if nodes > 1 else "one-node"
+def staged(p2p: bool, cards: int, nodes: int) -> bool:
+    """Whether the plan's ranks on a node exchange data through host memory.
+
+    Several GPUs per node without peer-to-peer (GeForce 40 cards, bridge-less consumer servers: the offer's ``p2p``,
+    else the GPU's; hosts.p2p).
+    """
+    return not p2p and cards > nodes
+
+
+def cell(arch: str, engine: str, method: str, zero_stage: int, offload: str, nodes: int, staged: bool = False) -> str:
+    """The coverage cell of a plan, e.g. ``ampere/hf_fsdp/full/zero3/none/multi-node``.
+
+    ``staged`` (:func:`staged`) appends ``-no-p2p`` to the scale: a data-parallel run whose collectives go through
+    host memory reaches a fraction of the efficiency of the same run over NVLink or PCIe peer-to-peer (torchtune's
+    Llama-2-7B on 4 x RTX 4090 under FSDP: HFU 12%), so neither is "a run like" the other.
+    """
+    scale = ("multi-node" if nodes > 1 else "one-node") + ("-no-p2p" if staged else "")
     engine = "hf" if engine.startswith("hf_") and zero_stage <= 0 else engine  # no sharding: neither library runs
     return "/".join((arch, engine, method, sharding_class(zero_stage), offload, scale))
 

@@ -129,12 +129,13 @@ def time_band(accuracy: Mapping[str, Any], framework: str, precision: str, nodes
 
 
 def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: Mapping[str, Any],
-         arch: str | None = None) -> Uncertainty:  # fmt: skip
+         arch: str | None = None, p2p: bool = True) -> Uncertainty:  # fmt: skip
     """The plan's memory, time and cost at the 10th and 90th percentile of the models' held-out errors.
 
     ``fx`` converts the offer's currency to the budget's; ``fits_p90``, ``meets_deadline_p90`` and
     ``within_budget_p90`` say whether the plan still holds at the unfavourable end (None when the scenario sets
-    no deadline or budget). With the GPU's ``arch`` and a coverage map in ``accuracy``, a plan whose cell
+    no deadline or budget). With the GPU's ``arch`` (and whether its cards reach each other peer-to-peer, ``p2p``,
+    hosts.p2p) and a coverage map in ``accuracy``, a plan whose cell
     (models/coverage.py) holds no published run gets the wider of its time band and the uncovered cases' band, and
     likewise for memory with ``accuracy.memory_coverage`` (the measured memory cases' cells). A plan whose
     predicted HFU is above the best published run of its cell gets ratio_p90 >= hfu / best (coverage.ceiling_ratio).
@@ -144,8 +145,8 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
     mem = accuracy["memory"]
     tim = time_band(accuracy, scenario.training.framework.value, p.precision.value, p.nodes)
     engine = cov.engine(scenario.training.framework.value, scenario.training.sharding.value)
-    plan_cell = None if arch is None else cov.cell(arch, engine, scenario.method.value, p.zero_stage,
-                                                   p.offload.value, p.nodes)  # fmt: skip
+    plan_cell = None if arch is None else cov.cell(arch, engine, scenario.method.value, p.zero_stage, p.offload.value,
+                                                   p.nodes, cov.staged(p2p, p.cards, p.nodes))  # fmt: skip
     like = cov.covered(accuracy, plan_cell)
     if like is False:
         tim = cov.widest(tim, accuracy["time_coverage"]["uncovered"])

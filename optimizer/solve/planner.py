@@ -195,8 +195,8 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         oi = int(c.offer_idx[i])
         accuracy = group_accuracy(space.accuracy, loaded, *groups)
         billed = hosts.spot_offer(offer) if plan.capacity == "spot" else offer
-        arch = space.gpus[oi].arch
-        u = band(est, billed, space.fx[oi], space.scenario, accuracy, arch)
+        gpu = space.gpus[oi]
+        u = band(est, billed, space.fx[oi], space.scenario, accuracy, gpu.arch, hosts.p2p(gpu, offer))
         u = u.model_copy(update={"risk": risk_use(space.scenario, space.accuracy, memory.total, capacity)})
         est = est.model_copy(update={"uncertainty": u})
     return est

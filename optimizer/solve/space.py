@@ -804,8 +804,9 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
     budget_total = None
     if scenario.risk_limits:  # the deadline and budget hold at the slow end: margin and bill at the risk's hours
         gpu_arch = [catalog.gpus[o.gpu].arch for o in offers]
+        linked = [hosts.p2p(catalog.gpus[o.gpu], o) for o in offers]
         cand, budget_total = limits_at_risk(job, scenario, catalog.calibration.get("accuracy", {}), cand, offers, fx,
-                                            gpu_arch)  # fmt: skip
+                                            gpu_arch, linked)  # fmt: skip
     return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, enumerated, fitting, need,
                  catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"), hosts_cal,
                  closest_ram_short(*(np.concatenate(c) for c in zip(*short, strict=True)), offers) if short else None,
@@ -850,13 +851,14 @@ def memory_risk(scenario: Scenario, calibration: Mapping[str, Any]) -> float:
 
 
 def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evaluated,
-                    arch: list[str] | None) -> np.ndarray:  # fmt: skip
+                    arch: list[str] | None, p2p: list[bool] | None = None) -> np.ndarray:  # fmt: skip
     """Each row's time ratio at the scenario's risk, as its plan's band shows it (uncertainty.band), (n,).
 
     The group band at ``risk``, widened when no published run lies in the row's coverage cell, and at p90 raised to
     the cell's efficiency ceiling (coverage.ceiling_ratios). Evaluated once per distinct (GPU architecture, ZeRO
-    stage, offload, one node or several, precision): the bands depend on nothing else. ``arch``: each offer's GPU
-    architecture (None: group bands only).
+    stage, offload, one node or several, GPUs of a node without peer-to-peer, precision): the bands depend on
+    nothing else. ``arch``: each offer's GPU architecture (None: group bands only); ``p2p``: whether each offer's
+    cards reach each other peer-to-peer (hosts.p2p; None: all do).
     """
     framework, risk = scenario.training.framework.value, scenario.risk.value
     precision = [PRECISION[int(p)].value for p in cand.cfg.precision]
@@ -864,12 +866,14 @@ def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evalu
         return time_ratios(accuracy, framework, precision, cand.nodes, risk)
     names = sorted(set(arch))
     code = np.array([names.index(a) for a in arch], dtype=np.int64)[cand.offer_idx]
+    linked = np.ones(len(arch), dtype=bool) if p2p is None else np.asarray(p2p, dtype=bool)
+    staged = ~linked[cand.offer_idx] & (cand.cards > cand.nodes)  # coverage.staged, per row
     keys = np.stack([code, cand.cfg.zero_stage, cand.cfg.offload, (cand.nodes > 1).astype(np.int64),
-                     cand.cfg.precision], axis=1)  # fmt: skip
+                     cand.cfg.precision, staged.astype(np.int64)], axis=1)  # fmt: skip
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
     engine = cov.engine(framework, scenario.training.sharding.value)
-    cells = [cov.cell(names[a], engine, scenario.method.value, int(z), OFFLOAD[o].value, 2 if m else 1)
-             for a, z, o, m, _ in uniq.tolist()]  # fmt: skip
+    cells = [cov.cell(names[a], engine, scenario.method.value, int(z), OFFLOAD[o].value, 2 if m else 1, bool(st))
+             for a, z, o, m, _, st in uniq.tolist()]  # fmt: skip
     prec = [PRECISION[p].value for p in uniq[:, 4].tolist()]
     nodes = np.where(uniq[:, 3] > 0, 2, 1)
     ratio = time_ratios(accuracy, framework, prec, nodes, risk, cells)[inverse.ravel()]
@@ -880,7 +884,8 @@ def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evalu
 
 
 def limits_at_risk(job: Job, scenario: Scenario, accuracy: Mapping[str, Any], cand: Evaluated, offers: list[Offer],
-                   fx: list[float], arch: list[str] | None = None) -> tuple[Evaluated, np.ndarray]:  # fmt: skip
+                   fx: list[float], arch: list[str] | None = None,
+                   p2p: list[bool] | None = None) -> tuple[Evaluated, np.ndarray]:  # fmt: skip
     """``risk_limits``: the rows with the deadline margin grown to the slow end, and each row's bill there.
 
     hours_r = fixed + compute x r (uncertainty.hours_at), r the time model's ratio at ``risk`` for the row's plan as
@@ -890,7 +895,7 @@ def limits_at_risk(job: Job, scenario: Scenario, accuracy: Mapping[str, Any], ca
     cheapest bill for hours_r.
     """
     try:
-        ratio = slow_end_ratios(scenario, accuracy, cand, arch)
+        ratio = slow_end_ratios(scenario, accuracy, cand, arch, p2p)
     except KeyError as exc:
         raise InputError("scenario", "risk_limits", f"{exc.args[0]} for the time model; use risk p50 or p90 "
                          "with risk_limits") from None  # fmt: skip
