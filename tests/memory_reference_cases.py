@@ -271,9 +271,8 @@ def evaluate_case(
     split = "boundary" if case["kind"] == "boundary" else ("held-out" if _held_out(case) else "tuned")
     gpu = catalog.gpus[catalog.gpu_id(sc.plan.gpu)]
     engine = coverage.engine(fw, sc.training.sharding.value)
-    staged = coverage.staged(gpu.p2p, int(ev.cards[0]), int(ev.nodes[0]))  # reference cases: the GPU's own p2p
     plan_cell = coverage.cell(gpu.arch, engine, sc.method.value, int(cfg.zero_stage[0]),
-                              OFFLOAD[int(cfg.offload[0])].value, int(ev.nodes[0]), staged)  # fmt: skip
+                              OFFLOAD[int(cfg.offload[0])].value, int(ev.nodes[0]))  # fmt: skip
     return CaseResult(
         id=case["id"], kind=case["kind"], split=split, metric=metric, unit=m["unit"], measured=float(m["peak"]),
         predicted=predicted, bound=m.get("bound"), fits=bool(parts["total"][0] <= capacity),

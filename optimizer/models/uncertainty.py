@@ -154,7 +154,9 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
     above = None if best is None or t.hfu is None else t.hfu > best
     if above:
         tim = {**tim, "ratio_p90": max(float(tim["ratio_p90"]), cov.ceiling_ratio(t.hfu, best))}
-    mem_like = cov.covered(accuracy, plan_cell, "memory")
+    mem_cell = None if arch is None else cov.cell(arch, engine, scenario.method.value, p.zero_stage, p.offload.value,
+                                                  p.nodes)  # fmt: skip  # peer-to-peer changes speed, not memory
+    mem_like = cov.covered(accuracy, mem_cell, "memory")
     if mem_like is False:
         mem = cov.widest(mem, accuracy["memory_coverage"]["uncovered"])
     total_p90 = int(round(m.total * float(mem["ratio_p90"])))
