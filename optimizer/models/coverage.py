@@ -65,15 +65,15 @@ def staged(p2p: bool, cards: int, nodes: int) -> bool:
     return not p2p and cards > nodes
 
 
-def cell(arch: str, engine: str, method: str, zero_stage: int, offload: str, nodes: int, staged: bool = False) -> str:
+def cell(arch: str, engine: str, method: str, zero_stage: int, offload: str, nodes: int, no_p2p: bool = False) -> str:
     """The coverage cell of a plan, e.g. ``ampere/hf_fsdp/full/zero3/none/multi-node``.
 
-    ``staged`` (:func:`staged`) appends ``-no-p2p`` to the scale: a data-parallel run whose collectives go through
+    ``no_p2p`` (:func:`staged`) appends ``-no-p2p`` to the scale: a data-parallel run whose collectives go through
     host memory reaches a fraction of the efficiency of the same run over NVLink or PCIe peer-to-peer (torchtune's
     Llama-2-7B on 4 x RTX 4090 under FSDP: HFU 12%), so neither is "a run like" the other. The memory map's cells
     leave it out: peer-to-peer changes how fast the collectives run, not what a GPU holds.
     """
-    scale = ("multi-node" if nodes > 1 else "one-node") + ("-no-p2p" if staged else "")
+    scale = ("multi-node" if nodes > 1 else "one-node") + ("-no-p2p" if no_p2p else "")
     engine = "hf" if engine.startswith("hf_") and zero_stage <= 0 else engine  # no sharding: neither library runs
     return "/".join((arch, engine, method, sharding_class(zero_stage), offload, scale))
 
