@@ -215,7 +215,7 @@ def prepare(case: dict[str, Any], tmp: Path) -> Case:
         t = timing.job_time(job, cfg, hw, consts)  # HFU per tokens/s per GPU does not depend on the constants fitted
     flops_share = float(t["hfu"][0] / (t["tokens_per_second"][0] / int(ev.cards[0])))
     notes = case.get("notes", "")
-    engine = f"hf_{job.sharding.value}" if job.framework.value == "hf" else job.framework.value
+    engine = cov.engine(job.framework.value, job.sharding.value)
     staged = cov.staged(hosts.p2p(gpus[0], offers[int(ev.offer_idx[0])]), int(ev.cards[0]), int(ev.nodes[0]))
     cell = cov.cell(gpus[0].arch, engine, job.method.value, int(cfg.zero_stage[0]), OFFLOAD[int(cfg.offload[0])].value,
                     int(ev.nodes[0]), staged)  # fmt: skip

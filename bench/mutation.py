@@ -92,8 +92,9 @@ MUTATIONS: list[Mutation] = [
        "risk_limits holds the deadline at the group band while the report puts the slow end at the ceiling"),
     _m("band-ceiling-dropped", "timing", "optimizer/models/uncertainty.py", r"    if above:\n", "    if False:\n",
        ["tests/test_efficiency_ceiling.py"], "a plan faster than any published run of its cell keeps a narrow band"),
-    _m("coverage-no-p2p-ignored", "timing", "optimizer/models/coverage.py", r"    return not p2p and cards > nodes",
-       "    return False", ["tests/test_efficiency_ceiling.py"],
+    _m("coverage-no-p2p-ignored", "timing", "optimizer/models/coverage.py",
+       r"    return np\.logical_not\(p2p\) & \(np\.asarray\(cards\) > np\.asarray\(nodes\)\)",
+       "    return np.asarray(cards) < 0", ["tests/test_efficiency_ceiling.py"],
        "a P2P box is judged against a run whose collectives went through host memory (the 12% ceiling for L40S)"),
     # ---- hybrid sharding (HSDP)
     _m("comm-hsdp-replicate-dropped", "timing", COMM,

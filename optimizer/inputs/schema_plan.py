@@ -98,8 +98,9 @@ class TimeBand(Strict):
     hours_p10: float
     hours_p90: float
     meets_deadline_p90: bool | None
-    # whether a published run lies in the plan's cell (GPU architecture, engine, method, sharding, offload, nodes;
-    # models/coverage.py); false: the band is widened and the output says "no published run like this"
+    # whether a published run lies in the plan's cell (GPU architecture, engine, method, sharding, offload, nodes,
+    # peer-to-peer between the cards of a node; models/coverage.py); false: the band is widened and the output says
+    # "no published run like this"
     published_run_like_this: bool | None = None
     # the highest hardware FLOPs utilisation a published run of the plan's cell and precision reached (None: no
     # run); when the plan's predicted time.hfu is above it, above_published_runs is true and hours_p90 is at least

@@ -56,13 +56,13 @@ def engine(framework: str, sharding: str) -> str:
     return f"hf_{sharding}" if framework == "hf" else framework
 
 
-def staged(p2p: bool, cards: int, nodes: int) -> bool:
-    """Whether the plan's ranks on a node exchange data through host memory.
+def staged(p2p: bool | np.ndarray, cards: int | np.ndarray, nodes: int | np.ndarray) -> bool | np.ndarray:
+    """Whether the plan's ranks on a node exchange data through host memory; scalars or per-row arrays.
 
     Several GPUs per node without peer-to-peer (GeForce 40 cards, bridge-less consumer servers: the offer's ``p2p``,
     else the GPU's; hosts.p2p).
     """
-    return not p2p and cards > nodes
+    return np.logical_not(p2p) & (np.asarray(cards) > np.asarray(nodes))
 
 
 def cell(arch: str, engine: str, method: str, zero_stage: int, offload: str, nodes: int, no_p2p: bool = False) -> str:

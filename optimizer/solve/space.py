@@ -867,7 +867,7 @@ def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evalu
     names = sorted(set(arch))
     code = np.array([names.index(a) for a in arch], dtype=np.int64)[cand.offer_idx]
     linked = np.ones(len(arch), dtype=bool) if p2p is None else np.asarray(p2p, dtype=bool)
-    staged = ~linked[cand.offer_idx] & (cand.cards > cand.nodes)  # coverage.staged, per row
+    staged = cov.staged(linked[cand.offer_idx], cand.cards, cand.nodes)
     keys = np.stack([code, cand.cfg.zero_stage, cand.cfg.offload, (cand.nodes > 1).astype(np.int64),
                      cand.cfg.precision, staged.astype(np.int64)], axis=1)  # fmt: skip
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
