@@ -42,6 +42,8 @@ beside the charitable one; ftopt again has to be at least as fast as that plan.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import math
 import statistics
 import sys
@@ -338,11 +340,13 @@ def review_one(path: Path, review: Review, compare_risk: bool, detail: bool = Fa
     check_plan(space, limits, out.index, review, name)
     line = f"{name}: {float(space.cost_total[out.index]):,.2f} {space.currency}, " \
            f"{float(space.cand.time['hours'][out.index]):,.1f} h"  # fmt: skip
-    saving = seed_saving(space, limits, detail)
+    shown = io.StringIO()  # the --seed-detail lines, printed under this scenario's summary line
+    with contextlib.redirect_stdout(shown):
+        saving = seed_saving(space, limits, detail)
+        written = seed_as_written_saving(path, space, limits, detail)
     if saving is not None:
         review.savings.append(saving)
         line += f"; vs rule of thumb {saving:+.1%}"
-    written = seed_as_written_saving(path, space, limits, detail)
     if written is not None:
         review.as_written.append(written)
         line += f"; vs the seeds as written {written:+.1%}"
@@ -354,7 +358,7 @@ def review_one(path: Path, review: Review, compare_risk: bool, detail: bool = Fa
         elif robust is not None and old:
             review.risk_increase.append(float(space.cost_total[robust]) / old - 1.0)
             line += f"; p90 vs old fit {review.risk_increase[-1]:+.1%}"
-    return line
+    return line + ("\n" + shown.getvalue().rstrip("\n") if shown.getvalue() else "")
 
 
 def main(argv: list[str] | None = None) -> None:
