@@ -383,11 +383,13 @@ def loso_uncovered(rows: list[Row]) -> set[str]:
 
 def _band_of(case: Case, accuracy: dict[str, Any], uncovered: bool = False) -> dict[str, Any]:
     """The band uncertainty.time_band gives a plan like the case's, widened (coverage.widest) when the case lies
-    outside the published runs of the other sources and the accuracy has an uncovered band."""
+    outside the published runs of the other sources and the accuracy has an uncovered band, and for a case without
+    peer-to-peer to the band of such cases (coverage.no_p2p_band), as uncertainty.band widens a plan's."""
     band = time_band(accuracy, case.framework, case.precision, case.nodes)
     if uncovered and "time_coverage" in accuracy:
-        return cov.widest(band, accuracy["time_coverage"]["uncovered"])
-    return band
+        band = cov.widest(band, accuracy["time_coverage"]["uncovered"])
+    regime = cov.no_p2p_band(accuracy, case.cell)
+    return band if regime is None else cov.widest(band, regime)
 
 
 NO_CEILING = {"fp8"}  # precisions without an efficiency ceiling (optimizer/models/coverage.py: recipes differ)
@@ -447,7 +449,8 @@ def time_accuracy(rows: list[Row]) -> dict[str, Any]:
     Groups are tried in ``GROUPS`` order; a group is kept when at least ``MIN_GROUP`` of the cases not taken by an
     earlier kept group match it, and its percentiles are those of exactly the cases time_band would give it.
     time_coverage: the cells of every case (coverage.cell) and the percentiles of the cases outside the other
-    sources' cells (:func:`loso_uncovered`); best_hfu the efficiency ceilings (:func:`best_hfu_by_cell`). Every
+    sources' cells (:func:`loso_uncovered`); best_hfu the efficiency ceilings (:func:`best_hfu_by_cell`); no_p2p
+    the percentiles of the cases whose GPUs of a node had no peer-to-peer (coverage.no_p2p_band). Every
     ratio_p90 counts the cases their ceiling covers as :func:`slow_end_ratio` says.
     """
     ceiling = other_best_hfu(rows)
@@ -461,6 +464,9 @@ def time_accuracy(rows: list[Row]) -> dict[str, Any]:
     coverage_map = {"cells": sorted({r.case.cell for r in rows}),
                     "uncovered": _quantiles([r for r in rows if r.case.id in outside], ceiling),
                     "best_hfu": best_hfu_by_cell(rows)}  # fmt: skip
+    staged = [r for r in rows if r.case.cell.endswith("-no-p2p")]
+    if staged:
+        coverage_map["no_p2p"] = _quantiles(staged, ceiling)
     return {"time": _quantiles(rows, ceiling), "time_groups": kept, "time_coverage": coverage_map}
 
 
@@ -574,6 +580,11 @@ def accuracy_section(memory: dict[str, Any], time: dict[str, Any]) -> str:
         "    #   gets the slow end of its band at that efficiency (optimizer/models/coverage.py, the winner's curse)",
         "    best_hfu:",
         *[f"      {c}: {v}" for c, v in time["time_coverage"]["best_hfu"].items()],
+        *([
+            "    # no_p2p: the percentiles of the cases whose GPUs of a node had no peer-to-peer (collectives through",
+            "    #   host memory); a plan like that gets the wider of its band and this one (coverage.no_p2p_band)",
+            f"    no_p2p: {_flow(time['time_coverage']['no_p2p'])}",
+        ] if "no_p2p" in time["time_coverage"] else []),
     ]
     return "\n".join(lines) + "\n"
 

@@ -96,6 +96,10 @@ MUTATIONS: list[Mutation] = [
        r"    return np\.logical_not\(p2p\) & \(np\.asarray\(cards\) > np\.asarray\(nodes\)\)",
        "    return np.asarray(cards) < 0", ["tests/test_efficiency_ceiling.py"],
        "a P2P box is judged against a run whose collectives went through host memory (the 12% ceiling for L40S)"),
+    _m("band-no-p2p-regime-ignored", "timing", "optimizer/models/coverage.py",
+       r'    if plan_cell is None or not plan_cell\.endswith\("-no-p2p"\):',
+       "    if True:", ["tests/test_efficiency_ceiling.py"],
+       "a plan whose collectives go through host memory keeps a band its regime's runs (1.8-1.9x) lie outside"),
     # ---- hybrid sharding (HSDP)
     _m("comm-hsdp-replicate-dropped", "timing", COMM,
        r"return own \+ np\.where\(hybrid & \(cfg\.zero_stage >= 2\), replicate, 0\.0\)", "return own",

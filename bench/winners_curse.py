@@ -37,7 +37,7 @@ def shipped() -> None:
     """The table over scenarios/*.yaml."""
     catalog = load_catalog(None)
     accuracy = catalog.calibration["accuracy"]
-    rows, outside, above = [], 0, 0
+    rows, outside, above, staged = [], 0, 0, 0
     scenarios = sorted((REPO / "scenarios").glob("*.yaml"))
     for path in scenarios:
         result = solve_scenario(path)
@@ -55,6 +55,7 @@ def shipped() -> None:
         best = band.best_published_hfu
         outside += not covered
         above += bool(band.above_published_runs)
+        staged += bool(band.no_peer_to_peer)
         shown = "no published run" if not covered else ("no run in this precision" if best is None else f"{best:.1%}")
         slow = f"{band.hours_p90:,.1f} h (x{band.ratio_p90:g})"
         rows.append(f"| {path.name} | {p.gpu} x {p.cards} (tp {p.tp}, zero {p.zero_stage}, {p.offload.value}, "
@@ -66,7 +67,8 @@ def shipped() -> None:
     print("\n".join(rows))
     n = len(scenarios)
     print(f"\nchosen plans outside every published run's cell: {outside} of {n}; predicted HFU above the best "
-          f"published in their cell and precision: {above} of {n - outside} covered")
+          f"published in their cell and precision: {above} of {n - outside} covered; without peer-to-peer (the "
+          f"band of the runs without it): {staged}")
 
 
 def held_out() -> None:

@@ -65,7 +65,7 @@ def test_time_percentiles_are_those_of_leave_one_source_out(catalog, loso_rows):
     rows = loso_rows
     acc = catalog.calibration["accuracy"]
     groups = [{k: getattr(v, "value", v) for k, v in g.items() if v is not None} for g in acc["time_groups"]]
-    coverage_map = {k: acc["time_coverage"][k] for k in ("cells", "uncovered", "best_hfu")}
+    coverage_map = {k: acc["time_coverage"][k] for k in ("cells", "uncovered", "best_hfu", "no_p2p")}
     assert {"time": acc["time"], "time_groups": groups, "time_coverage": coverage_map} == loso.time_accuracy(rows)
 
 

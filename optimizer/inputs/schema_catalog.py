@@ -272,10 +272,14 @@ class TimeCoverage(CaseCoverage):
     """The coverage map of the reference throughput cases (``time_coverage``).
 
     As :class:`CaseCoverage`, and ``best_hfu``: per cell and precision (``<cell>/<precision>``), the highest
-    hardware FLOPs utilisation a published run of them reached (the efficiency ceiling of models/coverage.py).
+    hardware FLOPs utilisation a published run of them reached (the efficiency ceiling of models/coverage.py);
+    ``no_p2p``: the band of the cases run without peer-to-peer between the cards of a node.
     """
 
     best_hfu: dict[str, float] = Field(default_factory=dict)
+    # the band of the cases whose GPUs of a node had no peer-to-peer (scale -no-p2p): a plan like that gets the wider
+    # of its band and this one (coverage.no_p2p_band)
+    no_p2p: RatioBand | None = None
 
 
 class Accuracy(Strict):

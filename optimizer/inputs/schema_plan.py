@@ -107,6 +107,9 @@ class TimeBand(Strict):
     # the time at that efficiency
     best_published_hfu: float | None = None
     above_published_runs: bool | None = None
+    # true: several cards of a node reach each other only through host memory, and the band is widened to the
+    # published runs like that (calibration accuracy.time_coverage.no_p2p; models/coverage.py no_p2p_band)
+    no_peer_to_peer: bool | None = None
 
 
 class CostBand(Strict):

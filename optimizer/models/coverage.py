@@ -11,6 +11,10 @@ was, when it was, on a run unlike any it was fitted to. A plan outside the cover
 band and that one (:func:`widest`), and its output says "no published run like this". The memory model has the same
 map over its measured cases (``accuracy.memory_coverage``; the tail ratio_p99 widens too).
 
+Without peer-to-peer (:func:`no_p2p_band`): ``accuracy.time_coverage.no_p2p`` holds the percentiles of the
+leave-one-source-out ratios of every case whose scale is ``-no-p2p``, and a plan in such a cell gets the wider of
+its band and that one, covered or not, and its output says so (:data:`NO_P2P`).
+
 Efficiency ceiling (the winner's curse, docs/time-model.md section 4): the solver is drawn to the plans the step-time
 model is most optimistic about. ``accuracy.time_coverage.best_hfu`` holds, per covered cell and precision
 (:func:`ceiling_key`), the highest hardware FLOPs utilisation any published run of them reached (FLOPs executed
@@ -42,6 +46,8 @@ import numpy as np
 
 NO_RUN = ("no published run like this (GPU architecture, engine, method, sharding, offload, nodes, peer-to-peer): "
           "band widened")
+NO_P2P = ("no peer-to-peer between the cards of a node (collectives through host memory): band widened to the "
+          "published runs without it")
 ABOVE_RUNS = ("predicted hardware FLOPs utilisation {hfu:.1%} is above every published run like this "
               "(best {best:.1%}): the slow end assumes only that efficiency")
 
@@ -88,6 +94,20 @@ def widest(band: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, Any]:
     if band.get("ratio_p99") is not None and other.get("ratio_p99") is not None:
         out["ratio_p99"] = max(float(band["ratio_p99"]), float(other["ratio_p99"]))
     return out
+
+
+def no_p2p_band(accuracy: Mapping[str, Any], plan_cell: str | None) -> Mapping[str, Any] | None:
+    """The band of the published runs without peer-to-peer for a plan staged through host memory, else None.
+
+    ``accuracy.time_coverage.no_p2p``, for a plan whose cell has the scale ``-no-p2p`` (:func:`staged`); None for
+    any other plan or without that band. Such a plan gets the wider of its own band and this one, whether or not
+    its own cell is covered: the two runs on record of the regime (torchtune's Llama-2-7B FSDP rows on 2 and 4 x
+    RTX 4090) ran 1.77x and 1.93x the step time the model predicts for them without their source, far beyond any
+    group's band, so a plan in the regime is not known to better than that.
+    """
+    if plan_cell is None or not plan_cell.endswith("-no-p2p"):
+        return None
+    return (accuracy.get("time_coverage") or {}).get("no_p2p")
 
 
 def covered(accuracy: Mapping[str, Any], plan_cell: str | None, model: str = "time") -> bool | None:

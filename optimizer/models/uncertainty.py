@@ -97,7 +97,8 @@ def time_ratios(accuracy: Mapping[str, Any], framework: str, precision: Sequence
     """Per row, the time model's ratio at ``risk`` for the row's group band (:func:`time_band`); 1 without a band.
 
     As :func:`band` shows it before the efficiency ceiling. With ``cells`` (each row's coverage cell) the band is
-    widened outside the published runs (coverage.widest). The ceiling is per row (coverage.ceiling_ratios of the
+    widened outside the published runs (coverage.widest) and for cells without peer-to-peer
+    (coverage.no_p2p_band). The ceiling is per row (coverage.ceiling_ratios of the
     row's predicted HFU; solve/space.py slow_end_ratios).
     """
     if not accuracy:
@@ -111,6 +112,9 @@ def time_ratios(accuracy: Mapping[str, Any], framework: str, precision: Sequence
             group = time_band(accuracy, framework, prec, int(n))
             if cell is not None and cov.covered(accuracy, cell) is False:
                 group = cov.widest(group, accuracy["time_coverage"]["uncovered"])
+            regime = cov.no_p2p_band(accuracy, cell)
+            if regime is not None:
+                group = cov.widest(group, regime)
             memo[key] = risk_ratio(group, risk)
         out[i] = memo[key]
     return out
@@ -139,6 +143,8 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
     (models/coverage.py) holds no published run gets the wider of its time band and the uncovered cases' band, and
     likewise for memory with ``accuracy.memory_coverage`` (the measured memory cases' cells). A plan whose
     predicted HFU is above the best published run of its cell gets ratio_p90 >= hfu / best (coverage.ceiling_ratio).
+    A plan whose cards of a node have no peer-to-peer gets the wider of its time band and the band of the published
+    runs like that (coverage.no_p2p_band), covered or not.
     """
     m, t, c, p = est.memory, est.time, est.cost, est.plan
     assert m is not None and t is not None and c is not None and p is not None
@@ -150,6 +156,9 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
     like = cov.covered(accuracy, plan_cell)
     if like is False:
         tim = cov.widest(tim, accuracy["time_coverage"]["uncovered"])
+    regime = cov.no_p2p_band(accuracy, plan_cell)
+    if regime is not None:
+        tim = cov.widest(tim, regime)
     best = cov.best_hfu(accuracy, plan_cell, p.precision.value) if like else None
     above = None if best is None or t.hfu is None else t.hfu > best
     if above:
@@ -183,6 +192,7 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
         published_run_like_this=like,
         best_published_hfu=best,
         above_published_runs=above,
+        no_peer_to_peer=None if plan_cell is None else regime is not None,
     )
     bills = cost.bills(np.array([hours["ratio_p10"], hours["ratio_p90"]]), offer, scenario.billing_terms)
     low, high = (round(b.per_card * p.cards, 2) for b in bills)

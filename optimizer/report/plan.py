@@ -12,7 +12,7 @@ from optimizer.inputs.atomic import write_atomic
 from optimizer.inputs.schema_plan import Estimate
 from optimizer.inputs.terminal import escape
 from optimizer.launch import exporters
-from optimizer.models.coverage import ABOVE_RUNS, NO_RUN
+from optimizer.models.coverage import ABOVE_RUNS, NO_P2P, NO_RUN
 from optimizer.models.uncertainty import headroom_for_p90
 from optimizer.report.measure import calibration_lines
 from optimizer.report.offer import renting_lines
@@ -243,6 +243,7 @@ def uncertainty_lines(est: Estimate) -> list[str]:
         f"  time {ut.hours_p10:,.1f}-{ut.hours_p90:,.1f} h, cost {uc.total_p10:,.2f}-{uc.total_p90:,.2f} {uc.currency}"
         + (f"; at the slow end: {', '.join(holds)}" if holds else ""),
     ] + ([f"  time: {NO_RUN}"] if ut.published_run_like_this is False else []) + (
+        [f"  time: {NO_P2P}"] if ut.no_peer_to_peer else []) + (
         [f"  time: {ABOVE_RUNS.format(hfu=est.time.hfu, best=ut.best_published_hfu)}"]
         if ut.above_published_runs and est.time is not None and est.time.hfu is not None else []) + (
         [f"  memory: {NO_RUN}"] if um.published_run_like_this is False else [])

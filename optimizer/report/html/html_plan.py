@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from optimizer.inputs.catalog import load_catalog
-from optimizer.models.coverage import ABOVE_RUNS, NO_RUN
+from optimizer.models.coverage import ABOVE_RUNS, NO_P2P, NO_RUN
 from optimizer.report.html.html_shell import GIB, Cell, bullets, cell, definitions, esc, gib, money, num, section, table
 from optimizer.report.html.html_svg import band, stacked_bar
 from optimizer.report.offer import figure
@@ -178,6 +178,8 @@ def time_cost_section(doc: dict[str, Any], bound: dict[str, Any] | None = None) 
                       "held-out cases)" + _holds("deadline", ut.get("meets_deadline_p90"))))  # fmt: skip
         if ut.get("published_run_like_this") is False:
             facts.append(("Evidence", esc(NO_RUN)))
+        if ut.get("no_peer_to_peer"):
+            facts.append(("Evidence", esc(NO_P2P)))
         if ut.get("above_published_runs") and t.get("hfu") is not None:
             facts.append(("Evidence", esc(ABOVE_RUNS.format(hfu=t["hfu"], best=ut["best_published_hfu"]))))
     if uc:
