@@ -98,8 +98,8 @@ def time_ratios(accuracy: Mapping[str, Any], framework: str, precision: Sequence
 
     As :func:`band` shows it before the efficiency ceiling. With ``cells`` (each row's coverage cell) the band is
     widened outside the published runs (coverage.widest) and for cells without peer-to-peer
-    (coverage.no_p2p_band). The ceiling is per row (coverage.ceiling_ratios of the
-    row's predicted HFU; solve/space.py slow_end_ratios).
+    (coverage.no_p2p_band). The ceiling is per row (coverage.ceiling_ratios of the row's predicted HFU;
+    solve/space.py slow_end_ratios).
     """
     if not accuracy:
         return np.ones(len(nodes))

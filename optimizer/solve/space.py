@@ -854,8 +854,9 @@ def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evalu
                     arch: list[str] | None, p2p: list[bool] | None = None) -> np.ndarray:  # fmt: skip
     """Each row's time ratio at the scenario's risk, as its plan's band shows it (uncertainty.band), (n,).
 
-    The group band at ``risk``, widened when no published run lies in the row's coverage cell, and at p90 raised to
-    the cell's efficiency ceiling (coverage.ceiling_ratios). Evaluated once per distinct (GPU architecture, ZeRO
+    The group band at ``risk``, widened when no published run lies in the row's coverage cell and when its cards of a
+    node have no peer-to-peer (coverage.no_p2p_band), and at p90 raised to the cell's efficiency ceiling
+    (coverage.ceiling_ratios). Evaluated once per distinct (GPU architecture, ZeRO
     stage, offload, one node or several, GPUs of a node without peer-to-peer, precision): the bands depend on
     nothing else. ``arch``: each offer's GPU architecture (None: group bands only); ``p2p``: whether each offer's
     cards reach each other peer-to-peer (hosts.p2p; None: all do).
@@ -890,9 +891,9 @@ def limits_at_risk(job: Job, scenario: Scenario, accuracy: Mapping[str, Any], ca
 
     hours_r = fixed + compute x r (uncertainty.hours_at), r the time model's ratio at ``risk`` for the row's plan as
     its output band shows it (:func:`slow_end_ratios`: the group's band, widened outside the published runs and
-    raised to the cell's efficiency ceiling when ``arch``, each offer's GPU architecture, is given); the deadline
-    is checked at hours + margin, so the margin grows by hours_r - hours; the budget is checked against the
-    cheapest bill for hours_r.
+    without peer-to-peer, and raised to the cell's efficiency ceiling when ``arch``, each offer's GPU architecture,
+    is given); the deadline is checked at hours + margin, so the margin grows by hours_r - hours; the budget is
+    checked against the cheapest bill for hours_r.
     """
     try:
         ratio = slow_end_ratios(scenario, accuracy, cand, arch, p2p)
