@@ -28,6 +28,7 @@ import re
 import statistics
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -381,15 +382,13 @@ def loso_uncovered(rows: list[Row]) -> set[str]:
     return {r.case.id for r in rows if not cells[r.case.cell] - {r.case.source}}
 
 
-def _band_of(case: Case, accuracy: dict[str, Any], uncovered: bool = False) -> dict[str, Any]:
-    """The band uncertainty.time_band gives a plan like the case's, widened (coverage.widest) when the case lies
-    outside the published runs of the other sources and the accuracy has an uncovered band, and for a case without
-    peer-to-peer to the band of such cases (coverage.no_p2p_band), as uncertainty.band widens a plan's."""
+def _band_of(case: Case, accuracy: dict[str, Any], uncovered: bool = False) -> Mapping[str, Any]:
+    """The band uncertainty.time_band gives a plan like the case's, widened as uncertainty.band widens a plan's
+    (coverage.widened): when the case lies outside the published runs of the other sources and the accuracy has an
+    uncovered band, and for a case without peer-to-peer. Unwidened, it is the group itself (time_accuracy tests
+    identity)."""
     band = time_band(accuracy, case.framework, case.precision, case.nodes)
-    if uncovered and "time_coverage" in accuracy:
-        band = cov.widest(band, accuracy["time_coverage"]["uncovered"])
-    regime = cov.no_p2p_band(accuracy, case.cell)
-    return band if regime is None else cov.widest(band, regime)
+    return cov.widened(band, accuracy, case.cell, uncovered and "time_coverage" in accuracy)
 
 
 NO_CEILING = {"fp8"}  # precisions without an efficiency ceiling (optimizer/models/coverage.py: recipes differ)

@@ -30,6 +30,7 @@ import loso  # noqa: E402
 
 from optimizer.inputs.catalog import load_catalog  # noqa: E402
 from optimizer.models import coverage as cov  # noqa: E402
+from optimizer.models import hosts  # noqa: E402
 from optimizer.solve.planner import solve_scenario  # noqa: E402
 
 
@@ -37,20 +38,20 @@ def shipped() -> None:
     """The table over scenarios/*.yaml."""
     catalog = load_catalog(None)
     accuracy = catalog.calibration["accuracy"]
+    offers = {o.id: o for o in catalog.offers}
     rows, outside, above, staged = [], 0, 0, 0
     scenarios = sorted((REPO / "scenarios").glob("*.yaml"))
     for path in scenarios:
         result = solve_scenario(path)
         est, sc = result.best, result.scenario
-        if est.plan is None or est.time is None or est.uncertainty is None:
+        if est.plan is None or est.offer is None or est.time is None or est.uncertainty is None:
             rows.append(f"| {path.name} | infeasible | | | | | |")
             continue
         p, t, band = est.plan, est.time, est.uncertainty.time
         engine = cov.engine(sc.training.framework.value, sc.training.sharding.value)
-        gpu = catalog.gpus[p.gpu]
-        linked = gpu.p2p if est.offer is None or est.offer.p2p is None else est.offer.p2p
+        gpu, offer = catalog.gpus[p.gpu], offers[est.offer.id]
         cell = cov.cell(gpu.arch, engine, sc.method.value, p.zero_stage, p.offload.value, p.nodes,
-                        cov.staged(linked, p.cards, p.nodes))  # fmt: skip
+                        cov.staged(hosts.p2p(gpu, offer), p.cards, p.nodes))  # fmt: skip
         covered = cov.covered(accuracy, cell)
         best = band.best_published_hfu
         outside += not covered

@@ -45,12 +45,15 @@ def _axes(sp: Space) -> list[tuple[int, int]]:
             for i in range(len(sp.cand))]  # fmt: skip
 
 
-def oracle(sp: Space, objective: Objective, tolerance: float) -> tuple[int, int]:
-    """(cost cents, time s) of the plan the rule chooses."""
-    pts = _axes(sp) if objective is Objective.cost else [(t, c) for c, t in _axes(sp)]
-    best = min(p[0] for p in pts)
-    band = math.floor(round(best * (1 + tolerance), 6))
-    first, second = min((p[1], p[0]) for p in pts if p[0] <= band)  # (other axis, objective) of the band's best
+def _points(sp: Space, objective: Objective) -> list[tuple[int, int]]:
+    """(objective, other axis) of every candidate."""
+    return _axes(sp) if objective is Objective.cost else [(t, c) for c, t in _axes(sp)]
+
+
+def _halvings(pts: list[tuple[int, int]], objective: Objective, tolerance: float, start: tuple[int, int]
+              ) -> tuple[int, int]:  # fmt: skip
+    """(cost cents, time s) after the halving steps from ``start`` = (other axis, objective) of the chosen plan."""
+    first, second = start
     while tolerance > 0:  # halving steps: a plan within tolerance of this one and twice as good on the other axis
         near = [(p[1], p[0]) for p in pts if p[0] <= math.floor(round(second * (1 + tolerance), 6))
                 and 2 * p[1] <= first]  # fmt: skip
@@ -58,6 +61,14 @@ def oracle(sp: Space, objective: Objective, tolerance: float) -> tuple[int, int]
             break
         first, second = min(near)
     return (second, first) if objective is Objective.cost else (first, second)
+
+
+def oracle(sp: Space, objective: Objective, tolerance: float) -> tuple[int, int]:
+    """(cost cents, time s) of the plan the rule chooses."""
+    pts = _points(sp, objective)
+    band = math.floor(round(min(p[0] for p in pts) * (1 + tolerance), 6))
+    # (other axis, objective) of the band's best, then the halving steps
+    return _halvings(pts, objective, tolerance, min((p[1], p[0]) for p in pts if p[0] <= band))
 
 
 def _chosen(sp: Space, i: int) -> tuple[int, int]:
@@ -134,15 +145,9 @@ def test_no_default_plan_waits_twice_as_long_to_save_under_the_tolerance(tmp_pat
 
 def _halving_only(sp: Space, objective: Objective, tolerance: float) -> tuple[int, int]:
     """(cost cents, time s) with rule 2 left out: the optimum, then only the halving steps (rule 4)."""
-    pts = _axes(sp) if objective is Objective.cost else [(t, c) for c, t in _axes(sp)]
-    first, second = min((p[1], p[0]) for p in pts if p[0] == min(q[0] for q in pts))
-    while True:
-        near = [(p[1], p[0]) for p in pts if p[0] <= math.floor(round(second * (1 + tolerance), 6))
-                and 2 * p[1] <= first]  # fmt: skip
-        if not near:
-            break
-        first, second = min(near)
-    return (second, first) if objective is Objective.cost else (first, second)
+    pts = _points(sp, objective)
+    best = min(p[0] for p in pts)
+    return _halvings(pts, objective, tolerance, min((p[1], p[0]) for p in pts if p[0] == best))
 
 
 # Rule 2 on its own: the band holds a plan better on the other axis, but less than twice as good, so the halving

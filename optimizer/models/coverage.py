@@ -110,6 +110,20 @@ def no_p2p_band(accuracy: Mapping[str, Any], plan_cell: str | None) -> Mapping[s
     return (accuracy.get("time_coverage") or {}).get("no_p2p")
 
 
+def widened(band: Mapping[str, Any], accuracy: Mapping[str, Any], plan_cell: str | None,
+            outside: bool) -> Mapping[str, Any]:  # fmt: skip
+    """``band`` widened as a plan's time band is (the plan band, the solver's slow end, the LOSO coverage count).
+
+    To the uncovered cases' band when ``outside`` (no published run in the plan's cell; :func:`widest`), and to the
+    band of the runs without peer-to-peer when the cell is staged through host memory (:func:`no_p2p_band`). Not
+    widened, it is ``band`` itself.
+    """
+    if outside:
+        band = widest(band, accuracy["time_coverage"]["uncovered"])
+    regime = no_p2p_band(accuracy, plan_cell)
+    return band if regime is None else widest(band, regime)
+
+
 def covered(accuracy: Mapping[str, Any], plan_cell: str | None, model: str = "time") -> bool | None:
     """Whether a published run lies in the plan's cell (``accuracy.<model>_coverage``, model time or memory).
 

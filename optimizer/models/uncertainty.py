@@ -110,11 +110,7 @@ def time_ratios(accuracy: Mapping[str, Any], framework: str, precision: Sequence
         key = (prec, int(n) > 1, cell)
         if key not in memo:
             group = time_band(accuracy, framework, prec, int(n))
-            if cell is not None and cov.covered(accuracy, cell) is False:
-                group = cov.widest(group, accuracy["time_coverage"]["uncovered"])
-            regime = cov.no_p2p_band(accuracy, cell)
-            if regime is not None:
-                group = cov.widest(group, regime)
+            group = cov.widened(group, accuracy, cell, cell is not None and cov.covered(accuracy, cell) is False)
             memo[key] = risk_ratio(group, risk)
         out[i] = memo[key]
     return out
@@ -154,11 +150,7 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
     plan_cell = None if arch is None else cov.cell(arch, engine, scenario.method.value, p.zero_stage, p.offload.value,
                                                    p.nodes, cov.staged(p2p, p.cards, p.nodes))  # fmt: skip
     like = cov.covered(accuracy, plan_cell)
-    if like is False:
-        tim = cov.widest(tim, accuracy["time_coverage"]["uncovered"])
-    regime = cov.no_p2p_band(accuracy, plan_cell)
-    if regime is not None:
-        tim = cov.widest(tim, regime)
+    tim = cov.widened(tim, accuracy, plan_cell, like is False)
     best = cov.best_hfu(accuracy, plan_cell, p.precision.value) if like else None
     above = None if best is None or t.hfu is None else t.hfu > best
     if above:
@@ -192,7 +184,7 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
         published_run_like_this=like,
         best_published_hfu=best,
         above_published_runs=above,
-        no_peer_to_peer=None if plan_cell is None else regime is not None,
+        no_peer_to_peer=None if plan_cell is None else cov.no_p2p_band(accuracy, plan_cell) is not None,
     )
     bills = cost.bills(np.array([hours["ratio_p10"], hours["ratio_p90"]]), offer, scenario.billing_terms)
     low, high = (round(b.per_card * p.cards, 2) for b in bills)

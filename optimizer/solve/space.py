@@ -855,11 +855,11 @@ def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evalu
     """Each row's time ratio at the scenario's risk, as its plan's band shows it (uncertainty.band), (n,).
 
     The group band at ``risk``, widened when no published run lies in the row's coverage cell and when its cards of a
-    node have no peer-to-peer (coverage.no_p2p_band), and at p90 raised to the cell's efficiency ceiling
-    (coverage.ceiling_ratios). Evaluated once per distinct (GPU architecture, ZeRO
-    stage, offload, one node or several, GPUs of a node without peer-to-peer, precision): the bands depend on
-    nothing else. ``arch``: each offer's GPU architecture (None: group bands only); ``p2p``: whether each offer's
-    cards reach each other peer-to-peer (hosts.p2p; None: all do).
+    node have no peer-to-peer (coverage.widened), and at p90 raised to the cell's efficiency ceiling
+    (coverage.ceiling_ratios). Evaluated once per distinct (GPU architecture, ZeRO stage, offload, one node or
+    several, GPUs of a node without peer-to-peer, precision): the bands depend on nothing else. ``arch``: each
+    offer's GPU architecture (None: group bands only); ``p2p``: whether each offer's cards reach each other
+    peer-to-peer (hosts.p2p; None: all do).
     """
     framework, risk = scenario.training.framework.value, scenario.risk.value
     precision = [PRECISION[int(p)].value for p in cand.cfg.precision]
