@@ -313,17 +313,18 @@ def seed_as_written_saving(path: Path, space: Space, limits: Any, detail: bool =
 def old_default_cost(path: Path) -> float | None:
     """The plan's cost as fitted before ``risk`` existed: the prediction itself within capacity less headroom.
 
-    space.memory_risk is replaced by 1 for the one build (tolerance 0, so only the fit differs).
+    space.memory_ratios (each row's memory band at the risk) is replaced by ones for the one build (tolerance 0, so
+    only the fit differs).
     """
     import optimizer.solve.space as space_mod
 
-    real = space_mod.memory_risk
-    space_mod.memory_risk = lambda scenario, calibration: 1.0
+    real = space_mod.memory_ratios
+    space_mod.memory_ratios = lambda scenario, accuracy, gpus, offer_idx, cfg, nodes: np.ones(len(offer_idx))
     try:
         loaded = load_space(path)
         out = solve(loaded.space, loaded.scenario.objective, loaded.limits, SETTINGS)
     finally:
-        space_mod.memory_risk = real
+        space_mod.memory_ratios = real
     return None if out.index is None else float(loaded.space.cost_total[out.index])
 
 

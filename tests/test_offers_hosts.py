@@ -158,13 +158,15 @@ def test_fit_is_judged_against_the_offers_usable_memory_not_the_nominal_size(tmp
     # one configuration well below the nominal 80 GiB; an offer whose usable size is 0.1% above its peak fits it,
     # one 0.1% below does not, although both cards are nominally the same H100 SXM
     pins = {"gpu": "H100-SXM", "cards": 1, "micro_batch": 1, "checkpointing": "full"}
-    ratio = load_catalog().calibration["accuracy"]["memory"]["ratio_p90"]  # the default risk p90 fits total x it
+    p90 = load_catalog().calibration["accuracy"]["memory"]["ratio_p90"]
     fits = {}
     for name, factor in (("above", 1.001), ("below", 0.999)):
         probe = write(tmp_path, scenario_doc(headroom=0.0, catalog=str(write_offers(
             tmp_path, [offer(f"probe-{name}", "H100-SXM", 1.0)], f"p-{name}.yaml"))), f"p-{name}.s.yaml")  # fmt: skip
-        total = estimate_scenario(probe, pins).memory.total  # type: ignore[union-attr]
-        assert total * ratio < 80 * 2**30 * 0.9
+        est = estimate_scenario(probe, pins)
+        total = est.memory.total  # type: ignore[union-attr]
+        ratio = est.uncertainty.risk.memory_ratio  # type: ignore[union-attr]  # the plan's band at the risk p90
+        assert ratio >= p90 and total * ratio < 80 * 2**30 * 0.9
         o = offer(f"usable-{name}", "H100-SXM", 1.0, usable_memory_mib=total * ratio / 2**20 * factor)
         path = write(tmp_path, scenario_doc(headroom=0.0, catalog=str(write_offers(tmp_path, [o], f"{name}.yaml"))),
                      f"{name}.s.yaml")  # fmt: skip

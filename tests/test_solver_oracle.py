@@ -298,6 +298,25 @@ def _host_ram_ok(offer: Offer, cards: int, offload: int, cal: dict[str, Any], ov
     return offload + per_rank * 2**30 * ranks <= ram_gib * 2**30
 
 
+def _memory_ratio(sc: Scenario, accuracy: dict[str, Any], arch: str, zero: int, offload: str, nodes: int) -> float:
+    """The plan's memory band at the scenario's risk, from its definition (docs/memory-model.md section 5.4): the
+    band of every case; outside the measured runs' cells the wider of it and the uncovered band; in a cell with a
+    run above the p90, ratio_p90 and ratio_p99 at least that run's ratio."""
+    key = f"ratio_{sc.risk.value}"
+    t = sc.training
+    engine = "hf" if t.framework.value == "hf" and zero == 0 else (
+        f"hf_{t.sharding.value}" if t.framework.value == "hf" else t.framework.value)  # fmt: skip
+    sharding = "zero0" if zero == 0 else ("zero1-2" if zero <= 2 else "zero3")
+    cell = "/".join((arch, engine, sc.method.value, sharding, offload, "multi-node" if nodes > 1 else "one-node"))
+    cov = accuracy["memory_coverage"]
+    ratio = float(accuracy["memory"][key])
+    if cell not in cov["cells"] and key != "ratio_p50":
+        ratio = max(ratio, float(cov["uncovered"][key]))
+    if cell in cov.get("cell_high", {}) and key != "ratio_p50":
+        ratio = max(ratio, float(cov["cell_high"][cell]["ratio"]))
+    return ratio
+
+
 def oracle_points(sc: Scenario, catalog: Catalog, arch: ModelArch, currency: str) -> list[Point]:
     """Every configuration that fits in memory, with its exact cost in cents of ``currency`` (rounded up) and its
     time in seconds (rounded up). The configurations come from plain loops."""
@@ -324,9 +343,10 @@ def oracle_points(sc: Scenario, catalog: Catalog, arch: ModelArch, currency: str
     mem, offload, hours = _evaluate(job, cfgs, hws, cal, rows)
     points: list[Point] = []
     bills: dict[tuple[str, float], Any] = {}
-    ratio = float(cal["accuracy"]["memory"][f"ratio_{sc.risk.value}"])  # the peak at the scenario's risk must fit
-    for (offer, cards, nodes), total, host, h in zip(rows, mem, offload, hours, strict=True):
+    for (offer, cards, nodes), cfg, total, host, h in zip(rows, cfgs, mem, offload, hours, strict=True):
         usable = hosts.capacity_bytes(catalog.gpus[offer.gpu], offer) * (1.0 - sc.headroom)
+        ratio = _memory_ratio(sc, cal["accuracy"], catalog.gpus[offer.gpu].arch, int(cfg.zero_stage[0]),
+                              OFFLOAD[int(cfg.offload[0])].value, nodes)  # the peak at the plan's risk must fit
         if total * ratio > usable or not math.isfinite(h) or not _host_ram_ok(offer, cards, host, cal,
                                                                        sc.allow.max_host_memory_gib):
             continue

@@ -180,10 +180,10 @@ def test_solve_json_carries_the_band_and_text_shows_it(run_cli, write_scenario):
     assert set(doc["uncertainty"]) == {"memory", "time", "cost", "risk"}
     risk = doc["uncertainty"]["risk"]  # the default risk p90: the peak x ratio_p90 within capacity less headroom
     band = doc["uncertainty"]["memory"]
-    # the planning ratio is the model's p90 over every case; the reported band widens it outside the measured cells
-    assert risk["level"] == "p90" and risk["memory_ratio"] == load_catalog().calibration["accuracy"]["memory"][
-        "ratio_p90"] <= band["ratio_p90"]  # fmt: skip
-    assert (risk["memory_ratio"] == band["ratio_p90"]) == (band["published_run_like_this"] is not False)
+    # the planning ratio is the plan's own band at p90: the model's p90 over every case, widened outside the measured
+    # cells and to the cell's worst run (coverage.memory_widened)
+    assert risk["level"] == "p90" and risk["memory_ratio"] == band["ratio_p90"] >= load_catalog().calibration[
+        "accuracy"]["memory"]["ratio_p90"]  # fmt: skip
     assert risk["total_at_risk"] == round(doc["memory"]["total"] * risk["memory_ratio"]) <= risk["usable"]
     assert risk["usable"] == int(doc["memory"]["capacity"] * 0.95) and risk["applies_to"] == ["memory"]
     text = run_cli("solve", path).stdout

@@ -268,6 +268,24 @@ class CaseCoverage(Strict):
     uncovered: RatioBand
 
 
+class CellHigh(Strict):
+    """The measured run of a coverage cell that peaked furthest above its held-out prediction (measured / predicted)."""
+
+    ratio: PositiveFloat
+    case: str = Field(min_length=1)  # the reference case's id (tests/data/reference/memory_cases*.yaml)
+
+
+class MemoryCoverage(CaseCoverage):
+    """The coverage map of the measured memory cases (``memory_coverage``).
+
+    As :class:`CaseCoverage`, and ``cell_high``: per cell, the run that peaked furthest above its prediction where
+    that is above the p90 of ``memory``; a plan in the cell has ratio_p90 and ratio_p99 at least its ratio
+    (models/coverage.py ``memory_widened``).
+    """
+
+    cell_high: dict[str, CellHigh] = Field(default_factory=dict)
+
+
 class TimeCoverage(CaseCoverage):
     """The coverage map of the reference throughput cases (``time_coverage``).
 
@@ -294,4 +312,4 @@ class Accuracy(Strict):
     time: RatioBand
     time_groups: list[RatioGroup] = Field(default_factory=list)
     time_coverage: TimeCoverage | None = None
-    memory_coverage: CaseCoverage | None = None  # the same map for the measured memory cases
+    memory_coverage: MemoryCoverage | None = None  # the same map for the measured memory cases

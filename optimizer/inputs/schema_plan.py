@@ -87,6 +87,14 @@ class MemoryBand(Strict):
     total_p90: int
     fits_p90: bool
     published_run_like_this: bool | None = None  # False: no measured memory case in the plan's cell, band widened
+    worst_run_like_this: WorstRun | None = None  # the cell's measured run above the p90 that widened the band
+
+
+class WorstRun(Strict):
+    """The measured run of the plan's memory cell that peaked furthest above its held-out prediction."""
+
+    ratio: float  # measured / predicted peak, the prediction made without the run's source
+    case: str  # the reference case (tests/data/reference/memory_cases*.yaml)
 
 
 class TimeBand(Strict):

@@ -15,6 +15,14 @@ Without peer-to-peer (:func:`no_p2p_band`): ``accuracy.time_coverage.no_p2p`` ho
 leave-one-source-out ratios of every case whose scale is ``-no-p2p``, and a plan in such a cell gets the wider of
 its band and that one, covered or not, and its output says so (:data:`NO_P2P`).
 
+The worst run of a memory cell (:func:`memory_widened`): ``accuracy.memory_coverage.cell_high`` names, per cell, the
+measured run that peaked furthest above its held-out prediction where that ratio is above the p90 of every case
+(runs a source re-measured after fixing a start-up behaviour are left out: tests/data/reference/superseded.yaml). A
+plan in such a cell has ratio_p90 and ratio_p99 at least that ratio, in its band and in the memory it is planned
+at (space.memory_ratios), and its output says so (:data:`WORST_RUN`): the one run like it was that far over, so a
+plan like it is not known to fit with less. PEFT's QLoRA 70B on 2 x 24 GB with FSDP CPU offload peaked 1.60x what
+the model predicts for it without its source; a plan in its cell is planned at that.
+
 Efficiency ceiling (the winner's curse, docs/time-model.md section 4): the solver is drawn to the plans the step-time
 model is most optimistic about. ``accuracy.time_coverage.best_hfu`` holds, per covered cell and precision
 (:func:`ceiling_key`), the highest hardware FLOPs utilisation any published run of them reached (FLOPs executed
@@ -48,6 +56,7 @@ NO_RUN = ("no published run like this (GPU architecture, engine, method, shardin
           "band widened")
 NO_P2P = ("no peer-to-peer between the cards of a node (collectives through host memory): band widened to the "
           "published runs without it")
+WORST_RUN = "a measured run like this peaked {ratio:.2f}x its prediction ({case}): band widened to it"
 ABOVE_RUNS = ("predicted hardware FLOPs utilisation {hfu:.1%} is above every published run like this "
               "(best {best:.1%}): the slow end assumes only that efficiency")
 
@@ -122,6 +131,36 @@ def widened(band: Mapping[str, Any], accuracy: Mapping[str, Any], plan_cell: str
         band = widest(band, accuracy["time_coverage"]["uncovered"])
     regime = no_p2p_band(accuracy, plan_cell)
     return band if regime is None else widest(band, regime)
+
+
+def cell_high(accuracy: Mapping[str, Any], plan_cell: str | None) -> Mapping[str, Any] | None:
+    """The measured run of the plan's memory cell furthest above its prediction ({ratio, case}), else None.
+
+    ``accuracy.memory_coverage.cell_high``: only cells whose worst run is above the p90 of every case are there.
+    """
+    if plan_cell is None:
+        return None
+    return ((accuracy.get("memory_coverage") or {}).get("cell_high") or {}).get(plan_cell)
+
+
+def memory_widened(band: Mapping[str, Any], accuracy: Mapping[str, Any], plan_cell: str | None,
+                   outside: bool) -> Mapping[str, Any]:  # fmt: skip
+    """``band`` widened as a plan's memory band is (the plan band, the ratio the solver plans at).
+
+    To the uncovered cases' band when ``outside`` (no measured run in the plan's cell; :func:`widest`), and with
+    ratio_p90 and ratio_p99 raised to the ratio of the cell's worst run (:func:`cell_high`). Not widened, it is
+    ``band`` itself.
+    """
+    if outside:
+        band = widest(band, accuracy["memory_coverage"]["uncovered"])
+    high = cell_high(accuracy, plan_cell)
+    if high is None:
+        return band
+    worst = float(high["ratio"])
+    out = {**band, "ratio_p90": max(float(band["ratio_p90"]), worst)}
+    if band.get("ratio_p99") is not None:
+        out["ratio_p99"] = max(float(band["ratio_p99"]), worst)
+    return out
 
 
 def covered(accuracy: Mapping[str, Any], plan_cell: str | None, model: str = "time") -> bool | None:

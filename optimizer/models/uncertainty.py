@@ -34,7 +34,7 @@ import numpy as np
 
 from optimizer.inputs.schema import Scenario
 from optimizer.inputs.schema_catalog import Offer
-from optimizer.inputs.schema_plan import CostBand, Estimate, MemoryBand, TimeBand, Uncertainty
+from optimizer.inputs.schema_plan import CostBand, Estimate, MemoryBand, TimeBand, Uncertainty, WorstRun
 from optimizer.models import cost
 from optimizer.models import coverage as cov
 
@@ -83,6 +83,29 @@ def risk_ratio(band: Mapping[str, Any] | None, risk: str) -> float:
     if value is None:
         raise KeyError(f"the model's error band has no {RISK_KEY[risk]}")
     return float(value)
+
+
+def memory_cell(arch: str, framework: str, sharding: str, method: str, zero_stage: int, offload: str,
+                nodes: int) -> str:  # fmt: skip
+    """The plan's memory coverage cell (coverage.cell without the peer-to-peer mark: it changes speed, not memory)."""
+    return cov.cell(arch, cov.engine(framework, sharding), method, zero_stage, offload, nodes)
+
+
+def memory_band(accuracy: Mapping[str, Any], mem_cell: str | None) -> Mapping[str, Any]:
+    """The memory band of a plan in ``mem_cell``.
+
+    ``accuracy.memory`` widened outside the measured runs' cells and to the cell's worst run
+    (coverage.memory_widened); the band itself without a cell or a coverage map.
+    """
+    band = accuracy["memory"]
+    return cov.memory_widened(band, accuracy, mem_cell, cov.covered(accuracy, mem_cell, "memory") is False)
+
+
+def memory_risk_ratio(accuracy: Mapping[str, Any], risk: str, mem_cell: str | None) -> float:
+    """The ratio a plan in ``mem_cell`` is planned at: its memory band (:func:`memory_band`) at ``risk``."""
+    if not accuracy or not accuracy.get("memory"):
+        return 1.0
+    return risk_ratio(memory_band(accuracy, mem_cell), risk)
 
 
 def hours_at(hours: np.ndarray, steps: int, step_seconds: np.ndarray, ratio: np.ndarray | float) -> np.ndarray:
@@ -137,14 +160,15 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
     no deadline or budget). With the GPU's ``arch`` (and whether its cards reach each other peer-to-peer, ``p2p``,
     hosts.p2p) and a coverage map in ``accuracy``, a plan whose cell
     (models/coverage.py) holds no published run gets the wider of its time band and the uncovered cases' band, and
-    likewise for memory with ``accuracy.memory_coverage`` (the measured memory cases' cells). A plan whose
+    likewise for memory with ``accuracy.memory_coverage`` (the measured memory cases' cells); a plan in a memory
+    cell whose worst measured run is above the p90 gets that run's ratio as its ratio_p90 (:func:`memory_band`,
+    ``worst_run_like_this``). A plan whose
     predicted HFU is above the best published run of its cell gets ratio_p90 >= hfu / best (coverage.ceiling_ratio).
     A plan whose cards of a node have no peer-to-peer gets the wider of its time band and the band of the published
     runs like that (coverage.no_p2p_band), covered or not.
     """
     m, t, c, p = est.memory, est.time, est.cost, est.plan
     assert m is not None and t is not None and c is not None and p is not None
-    mem = accuracy["memory"]
     tim = time_band(accuracy, scenario.training.framework.value, p.precision.value, p.nodes)
     engine = cov.engine(scenario.training.framework.value, scenario.training.sharding.value)
     plan_cell = None if arch is None else cov.cell(arch, engine, scenario.method.value, p.zero_stage, p.offload.value,
@@ -155,11 +179,12 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
     above = None if best is None or t.hfu is None else t.hfu > best
     if above:
         tim = {**tim, "ratio_p90": max(float(tim["ratio_p90"]), cov.ceiling_ratio(t.hfu, best))}
-    mem_cell = None if arch is None else cov.cell(arch, engine, scenario.method.value, p.zero_stage, p.offload.value,
-                                                  p.nodes)  # fmt: skip  # peer-to-peer changes speed, not memory
+    mem_cell = None if arch is None else memory_cell(arch, scenario.training.framework.value,
+                                                     scenario.training.sharding.value, scenario.method.value,
+                                                     p.zero_stage, p.offload.value, p.nodes)  # fmt: skip
     mem_like = cov.covered(accuracy, mem_cell, "memory")
-    if mem_like is False:
-        mem = cov.widest(mem, accuracy["memory_coverage"]["uncovered"])
+    mem = memory_band(accuracy, mem_cell)
+    worst = cov.cell_high(accuracy, mem_cell)
     total_p90 = int(round(m.total * float(mem["ratio_p90"])))
     memory = MemoryBand(
         cases=int(mem["cases"]),
@@ -169,6 +194,7 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
         total_p90=total_p90,
         fits_p90=total_p90 <= m.capacity,  # the band is the model's error: no headroom on top
         published_run_like_this=mem_like,
+        worst_run_like_this=None if worst is None else WorstRun(ratio=float(worst["ratio"]), case=str(worst["case"])),
     )
     compute = t.steps * t.step_seconds / 3600.0
     fixed = max(t.hours - compute, 0.0)

@@ -196,7 +196,9 @@ def explain_memory(space: Space, catalog: Catalog, source: str) -> Relaxation:
     fit = gpus_that_fit(space, catalog, source)
     ratio = memory_risk(space.scenario, {"accuracy": space.accuracy})
     risk = space.scenario.risk.value
-    at_risk = f" ({need * ratio / 2**30:.1f} GiB at risk {risk}, x {ratio:g})" if ratio != 1 else ""
+    # space.memory_ratios: a plan whose memory band is wider (its cell) is fitted at more than the overall ratio
+    at_risk = (f" ({need * ratio / 2**30:.1f} GiB or more at risk {risk}: x {ratio:g}, more where a plan's memory "
+               "band is wider)" if ratio != 1 else "")  # fmt: skip
     msg = (f"no configuration fits in memory: the smallest needs {need / 2**30:.1f} GiB per GPU{at_risk}, the largest "
            f"offered "
            f"card ({largest.id}) has {usable:.1f} GiB usable ({largest.memory_gib:g} GiB less "

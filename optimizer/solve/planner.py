@@ -6,10 +6,11 @@ This is the library entry point the CLI, batch and pareto call; it returns typed
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,14 +33,14 @@ from optimizer.models.attention import attention_on
 from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
 from optimizer.models.engines import engine_key
 from optimizer.models.overlay import LoadedOverlay, group_accuracy, load_overlay, usage
-from optimizer.models.uncertainty import band
+from optimizer.models.uncertainty import band, memory_cell, memory_risk_ratio
 from optimizer.solve import checklist, requirements
 from optimizer.solve.context import model_report, precision_notes, scenario_notes
 from optimizer.solve.dominance import allowed, nondominated, relevant
 from optimizer.solve.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.solve.offer_facts import offer_report, spot_report
 from optimizer.solve.solver import Limits, Outcome, SolverSettings, cents, limits_from, seconds, solve
-from optimizer.solve.space import MAX_JOB_HOURS, Space, bill_rows, build, enumerate_all, memory_risk, report_currency
+from optimizer.solve.space import MAX_JOB_HOURS, Space, bill_rows, build, enumerate_all, report_currency
 
 
 @dataclass
@@ -197,14 +198,22 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         billed = hosts.spot_offer(offer) if plan.capacity == "spot" else offer
         gpu = space.gpus[oi]
         u = band(est, billed, space.fx[oi], space.scenario, accuracy, gpu.arch, hosts.p2p(gpu, offer))
-        u = u.model_copy(update={"risk": risk_use(space.scenario, space.accuracy, memory.total, capacity)})
+        mem_cell = memory_cell(gpu.arch, space.scenario.training.framework.value,
+                               space.scenario.training.sharding.value, space.job.method.value, plan.zero_stage,
+                               plan.offload.value, plan.nodes)  # fmt: skip
+        u = u.model_copy(update={"risk": risk_use(space.scenario, accuracy, memory.total, capacity, mem_cell)})
         est = est.model_copy(update={"uncertainty": u})
     return est
 
 
-def risk_use(sc: Scenario, accuracy: dict, total: int, capacity: int) -> RiskUse:
-    """What the plan was checked at: the scenario's risk, the memory ratio (space.memory_risk) and the limits."""
-    ratio = memory_risk(sc, {"accuracy": accuracy})
+def risk_use(sc: Scenario, accuracy: Mapping[str, Any], total: int, capacity: int,
+             mem_cell: str | None = None) -> RiskUse:  # fmt: skip
+    """What the plan was checked at: the scenario's risk, the memory ratio and the limits.
+
+    The ratio is the plan's own memory band at the risk (uncertainty.memory_risk_ratio for its cell, with the
+    overlay's band where it has one: the accuracy its band was drawn from), as space.memory_ratios planned it.
+    """
+    ratio = memory_risk_ratio(accuracy, sc.risk.value, mem_cell)
     return RiskUse(level=sc.risk.value, memory_ratio=ratio, total_at_risk=int(round(total * ratio)),
                    usable=int(capacity * (1.0 - sc.headroom)),
                    applies_to=["memory", "deadline", "budget"] if sc.risk_limits else ["memory"])  # fmt: skip

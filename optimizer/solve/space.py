@@ -41,9 +41,9 @@ from optimizer.models.engines import (
     plan_refusals,
     scenario_refusals,
 )
-from optimizer.models.overlay import scale_memory, scale_time
+from optimizer.models.overlay import group_accuracy, scale_memory, scale_time
 from optimizer.models.pipeline import chunks_refusal, engine_chunks
-from optimizer.models.uncertainty import hours_at, risk_ratio, time_ratios
+from optimizer.models.uncertainty import hours_at, memory_cell, memory_risk_ratio, risk_ratio, time_ratios
 
 MAX_CANDIDATES = 4_000_000  # ~100 bytes x 40 columns each: stays well under 2 GiB of numpy temporaries
 # Planning horizon: plans running longer are dropped before billing (the bill's day table grows with the hours,
@@ -463,7 +463,9 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     cap, peaks = card_facts(gpus, offers)
     usable = (cap * (1.0 - scenario.headroom))[offer_idx] if len(offers) else np.zeros(0)
     peak = peaks[offer_idx, cfg.precision] if len(offers) else np.zeros(0)
-    at_risk = mem["total"] * memory_risk(scenario, cal)  # the peak at the scenario's risk percentile must fit
+    accuracy = memory_accuracy(cal, engine, job.method.value)
+    at_risk = mem["total"] * memory_ratios(scenario, accuracy, gpus, offer_idx, cfg, nodes)  # the peak at the
+    # scenario's risk percentile of the row's own memory band must fit
     fits = (at_risk <= usable) & (peak > 0)
     host_gib = scenario.allow.max_host_memory_gib
     if host_gib is not None:  # offloaded states must also fit in the node's RAM
@@ -848,6 +850,47 @@ def memory_risk(scenario: Scenario, calibration: Mapping[str, Any]) -> float:
     except KeyError as exc:
         raise InputError("scenario", "risk", f"{exc.args[0]} in calibration.yaml accuracy.memory; "
                          "use risk p50 or p90") from None  # fmt: skip
+
+
+def memory_accuracy(calibration: Mapping[str, Any], engine: str, method: str) -> dict[str, Any]:
+    """The calibration's ``accuracy`` as a plan's memory band reads it.
+
+    With a user's overlay: its memory group's band and no coverage map (overlay.group_accuracy; the band the plan's
+    output shows).
+    """
+    accuracy = calibration.get("accuracy") or {}
+    loaded = calibration.get("overlay")
+    if loaded is None:
+        return dict(accuracy)
+    return group_accuracy(accuracy, loaded, None, loaded.memory_group(engine, method))
+
+
+def memory_ratios(scenario: Scenario, accuracy: Mapping[str, Any], gpus: list[Gpu], offer_idx: np.ndarray,
+                  cfg: Configs, nodes: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Each row's memory ratio at the scenario's risk, as its plan's band shows it (uncertainty.memory_band), (n,).
+
+    ``accuracy.memory`` at ``risk``, widened outside the measured runs' cells and raised to the cell's worst run
+    (coverage.memory_widened). Evaluated once per distinct (GPU architecture, ZeRO stage, offload, one node or
+    several): the memory cell depends on nothing else. ``gpus``: each offer's GPU.
+    """
+    n = len(offer_idx)
+    if n == 0 or not accuracy.get("memory"):
+        return np.ones(n)
+    names = sorted({g.arch for g in gpus})
+    code = np.array([names.index(g.arch) for g in gpus], dtype=np.int64)[offer_idx]
+    keys = np.stack([code, np.asarray(cfg.zero_stage, dtype=np.int64), np.asarray(cfg.offload, dtype=np.int64),
+                     (np.asarray(nodes) > 1).astype(np.int64)], axis=1)  # fmt: skip
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    t = scenario.training
+    try:
+        ratio = [memory_risk_ratio(accuracy, scenario.risk.value,
+                                   memory_cell(names[a], t.framework.value, t.sharding.value, scenario.method.value,
+                                               z, OFFLOAD[o].value, 2 if m else 1))
+                 for a, z, o, m in uniq.tolist()]  # fmt: skip
+    except KeyError as exc:
+        raise InputError("scenario", "risk", f"{exc.args[0]} in calibration.yaml accuracy.memory; "
+                         "use risk p50 or p90") from None  # fmt: skip
+    return np.asarray(ratio, dtype=np.float64)[inverse.ravel()]
 
 
 def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evaluated,

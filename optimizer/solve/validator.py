@@ -33,9 +33,12 @@ from optimizer.inputs.schema import TERM_HOURS, ModelArch, Offload, Precision, S
 from optimizer.inputs.schema_catalog import FxFile, Gpu, ModelFile, Offer
 from optimizer.inputs.schema_plan import Estimate, Plan
 from optimizer.inputs.yamlio import read_yaml, validate
+from optimizer.models import coverage as cov
 from optimizer.models import hosts, memory
 from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
+from optimizer.models.uncertainty import memory_cell, memory_risk_ratio
 from optimizer.solve.space import hardware as space_hardware
+from optimizer.solve.space import memory_accuracy
 
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead", "total")
 # rounding of the JSON report
@@ -352,10 +355,20 @@ def _host_ram_rule(sc: Scenario, r: Recomputed, offer: Offer | None, hosts_cal: 
             f"{float(have) / 2**30:,.1f} GiB on {offer.id}")  # fmt: skip
 
 
-def _risk_ratio(sc: Scenario, catalog: Catalog) -> float:
-    """The memory model's measured / predicted ratio at the scenario's ``risk``, read from calibration.yaml."""
-    band = catalog.calibration.get("accuracy", {}).get("memory") or {}
-    return float(band.get(f"ratio_{sc.risk.value}", 1.0)) if band else 1.0
+def _risk_ratio(sc: Scenario, catalog: Catalog, gpu: Gpu, plan: Plan) -> float:
+    """The memory ratio the plan must fit at: its memory band at the scenario's ``risk``.
+
+    uncertainty.memory_band: calibration.yaml ``accuracy.memory``, widened for the plan's cell (with a user's
+    overlay, its group's band); 1 without that percentile.
+    """
+    t = sc.training
+    accuracy = memory_accuracy(catalog.calibration, cov.engine(t.framework.value, t.sharding.value), sc.method.value)
+    cell = memory_cell(gpu.arch, t.framework.value, t.sharding.value, sc.method.value, plan.zero_stage,
+                       plan.offload.value, plan.nodes)  # fmt: skip
+    try:
+        return memory_risk_ratio(accuracy, sc.risk.value, cell)
+    except KeyError:
+        return 1.0
 
 
 def _model_rules(est: Estimate, sc: Scenario, r: Recomputed, offer: Offer | None = None,
@@ -433,7 +446,8 @@ def check_plan(scenario: Scenario, catalog: Catalog, estimate: Estimate, arch: M
     ]
     out = [msg for rule in rules for msg in rule()]
     r = recompute(scenario, catalog, arch, p, gpu, offer)
-    out += _model_rules(estimate, scenario, r, offer, catalog.calibration.get("hosts"), _risk_ratio(scenario, catalog))
+    out += _model_rules(estimate, scenario, r, offer, catalog.calibration.get("hosts"),
+                        _risk_ratio(scenario, catalog, gpu, p))
     billed = hosts.spot_offer(offer) if p.capacity == "spot" and offer.spot is not None else offer
     return out + _bill_rules(estimate, scenario, catalog, billed, r) if math.isfinite(r.time["hours"]) else out
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from optimizer.inputs.catalog import load_catalog
-from optimizer.models.coverage import ABOVE_RUNS, NO_P2P, NO_RUN
+from optimizer.models.coverage import ABOVE_RUNS, NO_P2P, NO_RUN, WORST_RUN
 from optimizer.report.html.html_shell import GIB, Cell, bullets, cell, definitions, esc, gib, money, num, section, table
 from optimizer.report.html.html_svg import band, stacked_bar
 from optimizer.report.offer import figure
@@ -135,6 +135,11 @@ def memory_section(doc: dict[str, Any], headroom: float | None) -> str:
     if u:
         lines.append(f"10th-90th percentile of the peak on {u['cases']} held-out cases: {gib(u['total_p10'])} to "
                      f"{gib(u['total_p90'])} ({'fits' if u['fits_p90'] else 'over the card'} at the high end).")
+        if u.get("published_run_like_this") is False:
+            lines.append(f"Evidence: {NO_RUN}.")
+        worst = u.get("worst_run_like_this")
+        if worst:
+            lines.append(f"Evidence: {WORST_RUN.format(ratio=worst['ratio'], case=worst['case'])}.")
     if m.get("cpu_offload"):
         lines.append(f"Host RAM for offloading: {gib(m['cpu_offload'])} per node.")
     body = chart + f'<p class="legend">{legend}</p>' + "".join(f"<p>{esc(s)}</p>" for s in lines)
