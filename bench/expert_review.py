@@ -16,7 +16,9 @@ For every default plan (the scenario's objective, risk and tolerance, as ``ftopt
 - ``fp16_unwarned``: the plan trains in fp16 a model trained in bf16 (catalogs/models.yaml ``torch_dtype``) and
   says nothing about it in its notes;
 - ``not_p90``: the plan's peak at the 90th percentile of the memory model's held-out error is over the card
-  (``uncertainty.memory.fits_p90``); target at most 5% of plans;
+  (``uncertainty.memory.fits_p90``); target at most 5% of plans; ``worst_run_cell`` (information) counts the plans
+  in a memory cell whose measured run peaked above the p90 and which are fitted at that run's ratio
+  (``uncertainty.memory.worst_run_like_this``);
 - ``bad_trade``: objective cost and another plan meeting every limit takes at most half the hours for a bill less
   than 5% higher (the plan takes >= 2x the hours to save < 5%); objective time and another plan costs at most half
   for hours less than 5% longer.
@@ -114,7 +116,8 @@ class Review:
     plans: int = 0
     infeasible: int = 0
     counts: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in (
-        "part_instance", "host_ram", "host_ram_unstated", "kernel", "fp16_unwarned", "not_p90", "bad_trade")})
+        "part_instance", "host_ram", "host_ram_unstated", "kernel", "fp16_unwarned", "not_p90", "worst_run_cell",
+        "bad_trade")})
     savings: list[float] = field(default_factory=list)
     as_written: list[float] = field(default_factory=list)
     risk_increase: list[float] = field(default_factory=list)
@@ -160,6 +163,8 @@ def check_plan(space: Space, limits: Any, i: int, review: Review, name: str) -> 
             review.counts["fp16_unwarned"].append(name)
     if est.uncertainty is not None and not est.uncertainty.memory.fits_p90:
         review.counts["not_p90"].append(name)
+    if est.uncertainty is not None and est.uncertainty.memory.worst_run_like_this is not None:
+        review.counts["worst_run_cell"].append(name)
     ok = _feasible(space, limits)
     cost, hours = space.cost_total, c.time["hours"]
     if space.scenario.objective is Objective.cost:
