@@ -156,11 +156,7 @@ def memory_widened(band: Mapping[str, Any], accuracy: Mapping[str, Any], plan_ce
     high = cell_high(accuracy, plan_cell)
     if high is None:
         return band
-    worst = float(high["ratio"])
-    out = {**band, "ratio_p90": max(float(band["ratio_p90"]), worst)}
-    if band.get("ratio_p99") is not None:
-        out["ratio_p99"] = max(float(band["ratio_p99"]), worst)
-    return out
+    return widest(band, {**band, "ratio_p90": high["ratio"], "ratio_p99": high["ratio"]})
 
 
 def covered(accuracy: Mapping[str, Any], plan_cell: str | None, model: str = "time") -> bool | None:

@@ -43,7 +43,7 @@ from optimizer.models.engines import (
 )
 from optimizer.models.overlay import group_accuracy, scale_memory, scale_time
 from optimizer.models.pipeline import chunks_refusal, engine_chunks
-from optimizer.models.uncertainty import hours_at, memory_cell, memory_risk_ratio, risk_ratio, time_ratios
+from optimizer.models.uncertainty import hours_at, memory_cell, memory_risk_ratio, time_ratios
 
 MAX_CANDIDATES = 4_000_000  # ~100 bytes x 40 columns each: stays well under 2 GiB of numpy temporaries
 # Planning horizon: plans running longer are dropped before billing (the bill's day table grows with the hours,
@@ -843,10 +843,13 @@ def concat(parts: list[Evaluated]) -> Evaluated:
     )  # fmt: skip
 
 
-def memory_risk(scenario: Scenario, calibration: Mapping[str, Any]) -> float:
-    """The memory model's measured / predicted ratio at the scenario's ``risk`` (uncertainty.risk_ratio)."""
+def memory_risk(scenario: Scenario, calibration: Mapping[str, Any], mem_cell: str | None = None) -> float:
+    """The memory model's measured / predicted ratio at the scenario's ``risk``.
+
+    The band of every case, or with ``mem_cell`` the band of a plan in that cell (uncertainty.memory_risk_ratio).
+    """
     try:
-        return risk_ratio(calibration.get("accuracy", {}).get("memory"), scenario.risk.value)
+        return memory_risk_ratio(calibration.get("accuracy") or {}, scenario.risk.value, mem_cell)
     except KeyError as exc:
         raise InputError("scenario", "risk", f"{exc.args[0]} in calibration.yaml accuracy.memory; "
                          "use risk p50 or p90") from None  # fmt: skip
@@ -882,14 +885,10 @@ def memory_ratios(scenario: Scenario, accuracy: Mapping[str, Any], gpus: list[Gp
                      (np.asarray(nodes) > 1).astype(np.int64)], axis=1)  # fmt: skip
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
     t = scenario.training
-    try:
-        ratio = [memory_risk_ratio(accuracy, scenario.risk.value,
-                                   memory_cell(names[a], t.framework.value, t.sharding.value, scenario.method.value,
-                                               z, OFFLOAD[o].value, 2 if m else 1))
-                 for a, z, o, m in uniq.tolist()]  # fmt: skip
-    except KeyError as exc:
-        raise InputError("scenario", "risk", f"{exc.args[0]} in calibration.yaml accuracy.memory; "
-                         "use risk p50 or p90") from None  # fmt: skip
+    ratio = [memory_risk(scenario, {"accuracy": accuracy},
+                         memory_cell(names[a], t.framework.value, t.sharding.value, scenario.method.value, z,
+                                     OFFLOAD[o].value, 2 if m else 1))
+             for a, z, o, m in uniq.tolist()]  # fmt: skip
     return np.asarray(ratio, dtype=np.float64)[inverse.ravel()]
 
 
