@@ -29,8 +29,6 @@ CASES = [c for f in loso.CASE_FILES for c in yaml.safe_load(f.read_text())["case
 # Sources whose LOSO median is beyond 25%, and why (docs/time-model.md section 3).
 KNOWN_MISSES = {
     "zero-offload": "the only Volta case: its efficiency falls back to the shared prior",
-    "peft-mmq": "the only L40S cases: left out, the L40S takes the Ada figure fitted on RTX 4090 / A6000 runs, and the "
-                "card reaches less of its datasheet peak than they do (the reason it has its own fitted figure)",
 }
 
 

@@ -82,6 +82,13 @@ class Loss(StrEnum):
     fused = "fused"
 
 
+class OptimizerKernel(StrEnum):
+    """How torch AdamW's step runs on the GPU (decides the memory traffic of the step)."""
+
+    fused = "fused"  # one kernel per parameter group (torch fused=True, DeepSpeed FusedAdam, Megatron/TE)
+    foreach = "foreach"  # torch's default multi-tensor path: one _foreach_* op per arithmetic step
+
+
 class QuantKernel(StrEnum):
     """Library whose 4/8-bit Linear runs the frozen k-bit base (decides what its autograd function saves)."""
 
@@ -481,6 +488,11 @@ class Training(Strict):
         OptimizerName.adamw,
         description="decides the optimizer-state bytes per "
         "trainable parameter (adamw 8+4 B fp32 moments and master copy)",
+    )
+    optimizer_kernel: OptimizerKernel = Field(
+        OptimizerKernel.fused,
+        description="how AdamW steps on the GPU: fused (one kernel; what ftopt's launch files ask for) or foreach "
+        "(torch.optim.AdamW's default without fused=True, HF optim adamw_torch: about 20/7 the memory traffic)",
     )
     attention: Attention = Field(
         Attention.flash,

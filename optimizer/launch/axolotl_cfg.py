@@ -16,7 +16,7 @@ from typing import Any
 from optimizer.inputs.schema import Attention, Checkpointing, Method, Offload, Precision, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.ds_config import ds_declares_optimizer
-from optimizer.launch.hf_args import HF_OPTIM, trainer_recomputes
+from optimizer.launch.hf_args import hf_optim, trainer_recomputes
 from optimizer.launch.launch_common import (
     lora_targets,
     plan_attention,
@@ -88,7 +88,7 @@ def axolotl_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
             cfg["dp_shard_size"] = plan.shard_group  # Axolotl >= 0.12 docs/nd_parallelism.qmd "HSDP"
             cfg["dp_replicate_size"] = plan.dp // plan.shard_group
     if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
-        cfg["optimizer"] = HF_OPTIM[plan.optimizer]
+        cfg["optimizer"] = hf_optim(scenario, plan)
     return cfg
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.inputs.schema import Checkpointing, Method, OptimizerName, Precision, Scenario
+from optimizer.inputs.schema import Checkpointing, Method, OptimizerKernel, OptimizerName, Precision, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.ds_config import ds_declares_optimizer
 from optimizer.launch.launch_common import (
@@ -37,6 +37,16 @@ HF_OPTIM = {
     OptimizerName.sgd: "sgd",
     OptimizerName.adafactor: "adafactor",
 }
+
+
+def hf_optim(scenario: Scenario, plan: Plan) -> str:
+    """TrainingArguments ``optim`` for the plan.
+
+    AdamW as ``training.optimizer_kernel`` asks: ``adamw_torch_fused`` by default, ``adamw_torch`` (torch's
+    multi-tensor path) for foreach; the other optimizers by name (:data:`HF_OPTIM`).
+    """
+    foreach = scenario.training.optimizer_kernel is OptimizerKernel.foreach
+    return "adamw_torch" if plan.optimizer is OptimizerName.adamw and foreach else HF_OPTIM[plan.optimizer]
 
 
 def trainer_recomputes(scenario: Scenario, plan: Plan) -> bool:
@@ -72,7 +82,7 @@ def hf_arguments(scenario: Scenario, plan: Plan) -> dict[str, Any]:
     if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
         # with "optimizer" in ds_config.json the Trainer ignores optim (DummyOptim), so printing one would contradict
         # the config: DeepSpeed steps DeepSpeedCPUAdam on the host
-        args["optim"] = HF_OPTIM[plan.optimizer]
+        args["optim"] = hf_optim(scenario, plan)
     if scenario.training.compile:
         args["torch_compile"] = True  # TrainingArguments torch_compile
     if scenario.training.activation_offload:

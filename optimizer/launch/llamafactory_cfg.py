@@ -14,7 +14,7 @@ from typing import Any
 from optimizer.inputs.schema import Attention, Checkpointing, Method, Precision, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.ds_config import ds_declares_optimizer
-from optimizer.launch.hf_args import HF_OPTIM, launcher
+from optimizer.launch.hf_args import hf_optim, launcher
 from optimizer.launch.launch_common import MASTER_PORT, lora_targets, plan_attention, uses_deepspeed, uses_fsdp
 
 # LLaMA-Factory ModelArguments flash_attn: auto | disabled | sdpa | fa2
@@ -63,7 +63,7 @@ def llamafactory_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
         or (uses_fsdp(scenario, plan) and scenario.method is Method.full),
     })  # fmt: skip
     if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
-        cfg["optim"] = HF_OPTIM[plan.optimizer]
+        cfg["optim"] = hf_optim(scenario, plan)
     return cfg
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.inputs.catalog import base_model_name
-from optimizer.inputs.schema import Checkpointing, Method, Offload, OptimizerName, Precision, Scenario
+from optimizer.inputs.schema import Checkpointing, Method, Offload, OptimizerKernel, OptimizerName, Precision, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.launch_common import lora_targets, torchrun_args
 
@@ -45,18 +45,19 @@ OPTIMIZER_COMPONENT = {
 }
 
 
-def optimizer_block(name: OptimizerName) -> dict[str, Any]:
+def optimizer_block(name: OptimizerName, kernel: OptimizerKernel = OptimizerKernel.fused) -> dict[str, Any]:
     """The recipe's ``optimizer`` component.
 
-    torch AdamW runs fused (``fused: True``): one kernel per parameter group instead of torch's default multi-tensor
-    path, which keeps a temporary copy of the second moment for each step (torchtune's own configs turn ``foreach``
-    off for that memory) and moves about three times the optimizer traffic the time model prices (calibration
-    ``optimizer_bytes_per_param``, docs/time-model.md). The HF launch files ask for the same kernel (``optim:
-    adamw_torch_fused``).
+    torch AdamW runs fused (``fused: True``) unless the scenario asks for torch's default multi-tensor path
+    (``training.optimizer_kernel: foreach``, ``fused: False``): one kernel per parameter group instead of one
+    ``_foreach_*`` op per arithmetic step, which keeps a temporary copy of the second moment for each step
+    (torchtune's own configs turn ``foreach`` off for that memory) and moves 20/7 of the fused kernel's traffic
+    (calibration ``optimizer_tensor_passes``, docs/time-model.md). The HF launch files ask for the same kernel
+    (``optim: adamw_torch_fused``, or ``adamw_torch`` for foreach).
     """
     block: dict[str, Any] = {"_component_": OPTIMIZER_COMPONENT[name]}
     if name is OptimizerName.adamw:
-        block["fused"] = True
+        block["fused"] = kernel is OptimizerKernel.fused
     return block
 
 
@@ -111,7 +112,7 @@ def torchtune_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> t
     model, notes = model_component(scenario)
     keys: dict[str, Any] = {
         "model": model,
-        "optimizer": optimizer_block(plan.optimizer),
+        "optimizer": optimizer_block(plan.optimizer, t.optimizer_kernel),
         "batch_size": plan.micro_batch,
         "gradient_accumulation_steps": plan.grad_accum,
         "enable_activation_checkpointing": recompute,

@@ -53,6 +53,7 @@ class Job:
     reduce_every_micro_batch: bool | None = None  # FSDP accumulation: reduce each micro-batch (None: engine default)
     loss_parallel: bool | None = None  # TP: loss on vocabulary-sharded logits (None: engine default)
     quant_kernel: str | None = None  # k-bit base's Linear library (None: engine default)
+    optimizer_kernel: str = "fused"  # AdamW's GPU step: fused | foreach (training.optimizer_kernel)
     pipeline_chunks: int = 1  # most interleaved chunks per pipeline stage the engine launches (models/pipeline.py)
 
     @property

@@ -99,6 +99,7 @@ class Capabilities:
 
     ``tp``/``pp``: parallel degrees (``parallelism``); ``methods``/``optimizers``: what it trains with;
     ``in_backward``: methods it fuses the optimizer step into backward for (``optimizer_in_backward``);
+    ``optimizer_kernels``: the AdamW implementations it can step with (``training.optimizer_kernel``);
     ``offload_needs_checkpointing``: activation offloading only with activation checkpointing.
     """
 
@@ -110,6 +111,7 @@ class Capabilities:
     in_backward: tuple[str, ...] = ()
     offload_needs_checkpointing: bool = False
     hybrid_shard: bool = False  # shards inside each node and replicates across nodes (``hybrid_shard``)
+    optimizer_kernels: tuple[str, ...] | None = None  # AdamW implementations it runs (``optimizer_kernels``)
 
     def allows_tp(self, tp: int) -> bool:
         """Whether the engine runs this tensor-parallel degree."""
@@ -128,6 +130,7 @@ def capabilities(scenario: Scenario, catalog: Catalog) -> Capabilities:
     methods = _framework_table(catalog, "methods").get(key)
     optimizers = _framework_table(catalog, "optimizers").get(key)
     in_bwd = _framework_table(catalog, "optimizer_in_backward").get(key, [])
+    kernels = _framework_table(catalog, "optimizer_kernels").get(key)
     needs = catalog.calibration.get("frameworks", {}).get("activation_offload_needs_checkpointing", [])
     return Capabilities(
         engine=key,
@@ -138,6 +141,7 @@ def capabilities(scenario: Scenario, catalog: Catalog) -> Capabilities:
         in_backward=tuple(in_bwd),
         offload_needs_checkpointing=key in needs,
         hybrid_shard=key in catalog.calibration.get("frameworks", {}).get("hybrid_shard", []),
+        optimizer_kernels=tuple(kernels) if kernels is not None else None,
     )
 
 
@@ -150,6 +154,13 @@ def scenario_refusals(scenario: Scenario, cap: Capabilities) -> list[tuple[str, 
     optimizer = scenario.plan.optimizer or scenario.training.optimizer
     if cap.optimizers is not None and optimizer.value not in cap.optimizers:
         out.append(("training.optimizer", f"{name} runs {' | '.join(cap.optimizers)}, not {optimizer.value}"))
+    kernel = scenario.training.optimizer_kernel
+    if kernel.value != "fused" and optimizer.value != "adamw":
+        out.append(("training.optimizer_kernel", f"{kernel.value} is torch AdamW's multi-tensor step, not "
+                    f"{optimizer.value}'s; allowed: fused"))  # fmt: skip
+    elif cap.optimizer_kernels is not None and kernel.value not in cap.optimizer_kernels:
+        out.append(("training.optimizer_kernel", f"{name} steps AdamW {' | '.join(cap.optimizer_kernels)}, "
+                    f"not {kernel.value}"))  # fmt: skip
     if scenario.training.optimizer_in_backward and scenario.method.value not in cap.in_backward:
         runs = ", ".join(cap.in_backward) or "no method"
         out.append(("training.optimizer_in_backward", f"{cap.engine} runs the optimizer in backward for {runs}; "

@@ -29,15 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.inputs.schema import Attention, Checkpointing, Method, Offload, Precision
+from optimizer.inputs.schema import Attention, Checkpointing, Method, Offload, OptimizerName, Precision
 from optimizer.models import comm
-from optimizer.models.configs import CHECKPOINTING, OFFLOAD, PRECISION, Configs, Hardware, Job
+from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job
 from optimizer.models.memory import linear_params, trainable_params
 from optimizer.models.pipeline import pipeline_chunks
 
 _CK_NONE, _CK_SEL, _CK_FULL = (CHECKPOINTING.index(c) for c in Checkpointing)
 _NONE, _OPT, _ALL = (OFFLOAD.index(o) for o in Offload)
 _FP8 = PRECISION.index(Precision.fp8)
+_ADAMW = OPTIMIZER.index(OptimizerName.adamw)
 dp_bandwidth = comm.dp_bandwidth  # data-parallel ring bandwidth, kept here for callers of timing
 
 
@@ -231,10 +232,25 @@ def _optimizer_shard(job: Job, cfg: Configs) -> np.ndarray:
     return trainable_params(job) / split / shard
 
 
+def kernel_traffic(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """Memory traffic of the AdamW step's implementation relative to a fused kernel, (n,), dimensionless.
+
+    n_kernel / n_fused from calibration ``optimizer_tensor_passes`` for rows that step torch AdamW, 1 otherwise.
+    """
+    passes = consts.get("optimizer_tensor_passes", {})
+    ratio = float(passes.get(job.optimizer_kernel, 1.0)) / float(passes.get("fused", 1.0))
+    return np.where(cfg.optimizer == _ADAMW, ratio, 1.0)
+
+
 def optimizer_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> np.ndarray:
     """Optimizer step and offload traffic per optimizer step, seconds, (n,).
 
-    On the GPU: memory-bound, B_opt x P_local / HBM (B_opt bytes read and written per parameter, formulas.md 3.3).
+    On the GPU: memory-bound, B_opt x k x P_local / HBM (B_opt bytes read and written per parameter by a fused
+    AdamW kernel, formulas.md 3.3). k = n_kernel / n_fused (``optimizer_tensor_passes``) is how many more tensor
+    reads and writes the scenario's AdamW implementation (``training.optimizer_kernel``) makes than the fused
+    kernel: torch's default multi-tensor (foreach) AdamW runs one ``_foreach_*`` op per arithmetic step, each
+    reading its operands and writing its result, 20 tensor passes against the fused kernel's 7 (p, g, m, v read;
+    p, m, v written). Other optimizers (8-bit and paged AdamW, SGD, Adafactor) keep k = 1.
     Offloaded (ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840):
 
         max(c_cpu x B_cpu / 28 x P_local x g, 2 P_local / PCIe)
@@ -250,7 +266,7 @@ def optimizer_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str,
     P_local = P_train / (t p) / d when the optimizer is sharded (ZeRO >= 1), else / (t p).
     """
     local = _optimizer_shard(job, cfg)
-    gpu = local * float(consts["optimizer_bytes_per_param"]) / hw.hbm_bytes_per_s
+    gpu = local * float(consts["optimizer_bytes_per_param"]) * kernel_traffic(job, cfg, consts) / hw.hbm_bytes_per_s
     sharing = np.minimum(cfg.cards, hw.cards_per_node).astype(np.float64)
     cpu_bytes = consts["cpu_optimizer_bytes_per_param"][job.framework.value]
     width = float(cpu_bytes) / float(consts["cpu_adam_bytes_per_param"])  # B_cpu / 28

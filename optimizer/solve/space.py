@@ -171,6 +171,7 @@ def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any]) -> J
         reduce_every_micro_batch=t.reduce_every_micro_batch,
         loss_parallel=t.loss_parallel,
         quant_kernel=None if t.quant_kernel is None else t.quant_kernel.value,
+        optimizer_kernel=t.optimizer_kernel.value,
         pipeline_chunks=int(chunks),
     )
 
