@@ -44,8 +44,6 @@ KNOWN_GAPS = {
     "mem-tt-llama2-7b-lora-2x4090-alpaca": "reserved peak above the same recipe on one GPU (17.18 GB): FSDP1 "
     "sync_module_states start-up whose broadcast buffers NCCL recordStream kept alive (pytorch/torchtune PR #843, "
     "opened 2024-04-22, after this table, and merged: '78G instead of 23G'); whole bf16 model + shard = 21.0 GB",
-    "mem-tt-llama2-7b-full-4x4090-alpaca": "reserved peak 22.9 GB at 1024 tokens vs 24.1 GB at 8192 tokens "
-    "(same recipe): a token-independent floor; the FSDP1 start-up of the row above accounts for about 17.7 GB",
     "mem-peft-llama2-70b-qlora-fsdp-cpu-offload-2x24g": "the doc's own caveat: 'GPU Memory saving when using CPU "
     "Offloading is untested' (huggingface/peft:docs/source/accelerate/fsdp.md); the run saves 16 GB against the "
     "no-offload run where offloading the sharded states would save 19 GB, and no stated setting explains it",

@@ -121,3 +121,45 @@ def test_the_peft_full_fine_tuning_row_is_within_25_percent_left_out(loso_rows):
     row = next(r for r in loso_rows if r.case.id == "h4-tput-peft-mmq-llama3.2-3b-full-l40s")
     assert abs(row.error) <= 0.25, f"{row.error:+.1%}"
     assert np.isfinite(row.predicted)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# memory: the foreach step's copy of the second moments (memory.foreach_step_bytes)
+
+
+def _breakdown(kernel: str, seq_len: int, **cfg_changes):
+    from dataclasses import replace
+
+    from optimizer.models import memory
+
+    from .memory_builders import cfg, consts, job
+
+    j = replace(job(framework="torchtune", sharding="fsdp", attention="sdpa", seq_len=seq_len), optimizer_kernel=kernel)
+    c = cfg(**{"dp": 4, "zero": 3, "micro_batch": 2, "checkpointing": "full", **cfg_changes})
+    grads = memory.gradient_bytes(j, c, consts())  # every gradient, as the optimizer step holds them
+    return memory.breakdown(j, c, consts()), memory.foreach_step_bytes(j, c, consts()), grads
+
+
+def test_the_foreach_step_holds_a_copy_of_the_second_moments():
+    # Llama-2-7B pure bf16 over 4 FSDP ranks: v is 2 B per parameter, 6.74e9 / 4 x 2 B = 3.37 GB per rank
+    _, temp, _ = _breakdown("foreach", 512)
+    assert int(temp[0]) == pytest.approx(6738415616 / 4 * 2, abs=2)
+    for kernel, changes in (("fused", {}), ("foreach", {"offload": "all"}), ("foreach", {"optimizer": "sgd"})):
+        _, none, _ = _breakdown(kernel, 512, **changes)  # fused; stepped on the CPU; not AdamW
+        assert int(none[0]) == 0, (kernel, changes)
+
+
+def test_the_copy_counts_only_beyond_the_backward_peak():
+    # after backward the step holds all gradients G and the copy T, the activations and logits being freed: short
+    # steps (2 x 512 tokens, recomputed) need more than their backward peak, and the excess is reported in
+    # `optimizer`; long ones without recomputation (2 x 4096 tokens) freed more than the copy needs
+    extras = {}
+    for seq_len, checkpointing in ((512, "full"), (4096, "none")):
+        fused, _, grads = _breakdown("fused", seq_len, checkpointing=checkpointing)
+        foreach, temp, _ = _breakdown("foreach", seq_len, checkpointing=checkpointing)
+        backward = int(fused["gradients"][0] + fused["activations"][0] + fused["logits"][0])
+        extra = max(int(grads[0]) + int(temp[0]) - backward, 0)
+        assert int(foreach["optimizer"][0]) == int(fused["optimizer"][0]) + extra
+        assert int(foreach["total"][0]) == int(fused["total"][0]) + extra
+        extras[seq_len] = extra
+    assert extras[512] > 0 and extras[4096] == 0, extras

@@ -55,9 +55,9 @@ def test_headroom_for_p90_by_hand(ratio, headroom):
 
 def test_fits_p90_compares_the_high_end_with_the_card_not_with_the_headroom(tmp_path, catalog):
     # the plan's band: no measured memory run on an ada card under DeepSpeed, so the band is widened to the uncovered
-    # cases' r_p90 (1.174, calibration accuracy.memory_coverage); three hundredths under its advised headroom (0.15:
+    # cases' r_p90 (1.168, calibration accuracy.memory_coverage); three hundredths under its advised headroom (0.15:
     # h = 0.12) a configuration at 78.7% of an L40S's usable 45,776 MiB fits (<= 1 - h = 88%); its p90 peak
-    # (x 1.174 = 92.4%) is over the headroom-reduced capacity but within the card: fits_p90, where the old
+    # (x 1.168 = 91.9%) is over the headroom-reduced capacity but within the card: fits_p90, where the old
     # comparison warned (risk p50 fits the peak x ratio_p50 = 1.028: three hundredths less headroom leave room)
     pins = {"gpu": "L40S", "cards": 1, "micro_batch": 2, "checkpointing": "full", "offload": "none",
             "zero_stage": 2}

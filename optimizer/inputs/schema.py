@@ -492,7 +492,8 @@ class Training(Strict):
     optimizer_kernel: OptimizerKernel = Field(
         OptimizerKernel.fused,
         description="how AdamW steps on the GPU: fused (one kernel; what ftopt's launch files ask for) or foreach "
-        "(torch.optim.AdamW's default without fused=True, HF optim adamw_torch: about 20/7 the memory traffic)",
+        "(torch.optim.AdamW's default without fused=True, HF optim adamw_torch: 20/7 the step's memory traffic and "
+        "a copy of the second moments at the step)",
     )
     attention: Attention = Field(
         Attention.flash,

@@ -43,6 +43,7 @@ from optimizer.models.configs import OFFLOAD, OPTIMIZER, PRECISION, Configs, Job
 GIB = 2**30
 _NONE, _ALL = OFFLOAD.index(Offload.none), OFFLOAD.index(Offload.all)
 _FP32 = PRECISION.index(Precision.fp32)
+_ADAMW = OPTIMIZER.index(OptimizerName.adamw)
 
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
 METRICS = ("allocated", "reserved", "nvidia-smi")
@@ -268,6 +269,24 @@ def optimizer_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.nda
     return _i64(np.where((cfg.offload != _NONE) & (cfg.zero_stage >= 1), 0.0, states))
 
 
+def foreach_step_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """The foreach AdamW step's temporary (bytes, (n,)): P_local x v's bytes, 0 for a fused step.
+
+    torch's multi-tensor AdamW (``training.optimizer_kernel: foreach``) computes the denominator out of place,
+    ``exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`` (torch/optim/adam.py ``_multi_tensor_adam``), a copy of the
+    second moment for every parameter of the group, alive until the update (torch's optimizer docs: the foreach path
+    uses about sizeof(params) more peak memory). v is half the AdamW moment bytes; P_local as in
+    :func:`optimizer_bytes`. None for other optimizers or when the step runs on the CPU.
+    """
+    if job.optimizer_kernel == "fused":
+        return np.zeros(len(cfg), dtype=np.int64)
+    split = _model_split(cfg)
+    shard = np.where(cfg.zero_stage >= 1, cfg.shard_ranks, 1).astype(np.float64)
+    v = _state_bytes(job, cfg, consts)["moments"] / 2.0
+    on_gpu = (cfg.optimizer == _ADAMW) & ~((cfg.offload != _NONE) & (cfg.zero_stage >= 1))
+    return _i64(np.where(on_gpu, trainable_params(job) * v / split / shard, 0.0))
+
+
 # ------------------------------------------------------------------------------------------------ overheads
 
 
@@ -382,6 +401,9 @@ def breakdown(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> dict[str, np
     """All components at the peak, their ``total`` and ``cpu_offload`` (int64 bytes, (n,)).
 
     total = weights + gradients + optimizer + activations + logits + overhead, where
+    optimizer = O + max(0, G + T - gradients - A - LOG), T the foreach AdamW step's temporary
+    (:func:`foreach_step_bytes`; 0 for the fused step ftopt launches): the step holds all gradients and T after the
+    activations and logits are freed, and whatever that needs beyond the backward peak is the optimizer's.
     gradients = G if the gradients persist (gradient accumulation > 1, DeepSpeed's partitions, DDP buckets) else
     max(G, A + LOG + G_out) - A - LOG (peak W + O + max(A + LOG + G_out, G), formulas.md section 1, with G_out the
     output layer's gradient, produced first while the logits and activations are still live:
@@ -405,6 +427,10 @@ def breakdown(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> dict[str, np
     first = output_gradient_bytes(job, cfg, consts)
     in_flight = parts["activations"] + parts["logits"] + first
     parts["gradients"] = np.where(transient, np.maximum(grads, in_flight) - in_flight + first, grads)
+    # a foreach AdamW step holds every gradient and its temporary once the activations and logits are freed
+    step = grads + foreach_step_bytes(job, cfg, consts)
+    parts["optimizer"] = parts["optimizer"] + np.maximum(step - parts["gradients"] - parts["activations"]
+                                                         - parts["logits"], 0)  # fmt: skip
     inside = buffer_bytes(job, cfg, consts) + zero3_gathered_bytes(job, cfg, consts)
     dynamic = parts["activations"] + parts["logits"] + inside  # allocated and freed every micro-batch
     pool = _gradient_pool(job, cfg, grads, in_flight)  # sharded gradients kept reserved in their stream's pool
