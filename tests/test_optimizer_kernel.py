@@ -47,7 +47,22 @@ def test_other_optimizers_and_offloaded_steps_are_unchanged(catalog):
     rows = [timing_inputs(catalog, "A100-80G", 8, zero_stage=3, offload="optimizer", method="full", lora=None,
                           training={**training, "optimizer_kernel": k}) for k in ("fused", "foreach")]  # fmt: skip
     offloaded = [float(timing.optimizer_seconds(*r)[0]) for r in rows]
-    assert offloaded[0] == offloaded[1]  # the CPU step is DeepSpeed's / torch's CPU Adam, not this kernel
+    assert offloaded[0] == offloaded[1]  # DeepSpeed steps its own fused DeepSpeedCPUAdam whatever the scenario says
+
+
+def test_torch_adamw_on_the_cpu_pays_the_same_ratio(catalog):
+    # FSDP CPU offload (torchtune, hf with FSDP): torch's AdamW steps the CPU shards itself, fused or one op at a time
+    training = {"framework": "torchtune", "sharding": "fsdp", "optimizer": "adamw", "attention": "sdpa"}
+    seconds = []
+    for kernel in ("fused", "foreach"):
+        job, cfg, hw, consts = timing_inputs(catalog, "A100-80G", 8, zero_stage=3, offload="all",
+                                             method="full", lora=None,
+                                             training={**training, "optimizer_kernel": kernel})  # fmt: skip
+        local = job.arch.params / 8
+        adam = local * float(consts["cpu_adam_seconds_per_param"]) * 8 * 14 / 28  # 8 ranks share the node's CPU
+        assert adam > 2 * local / float(hw.pcie_bytes_per_s[0])  # the CPU step, not the upload, is the longer
+        seconds.append(float(timing.optimizer_seconds(job, cfg, hw, consts)[0]))
+    assert seconds[1] == pytest.approx(seconds[0] * 20 / 7, rel=1e-9)
 
 
 def test_the_step_time_of_a_full_fine_tuning_row_grows_by_the_extra_traffic(catalog):

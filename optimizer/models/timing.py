@@ -29,7 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.inputs.schema import Attention, Checkpointing, Method, Offload, OptimizerName, Precision
+from optimizer.inputs.schema import (
+    Attention,
+    Checkpointing,
+    Framework,
+    Method,
+    Offload,
+    OptimizerName,
+    Precision,
+    Sharding,
+)
 from optimizer.models import comm
 from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job
 from optimizer.models.memory import linear_params, trainable_params
@@ -238,7 +247,8 @@ def kernel_traffic(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndar
     n_kernel / n_fused from calibration ``optimizer_tensor_passes`` for rows that step torch AdamW, 1 otherwise.
     """
     passes = consts.get("optimizer_tensor_passes", {})
-    ratio = float(passes.get(job.optimizer_kernel, 1.0)) / float(passes.get("fused", 1.0))
+    known = job.optimizer_kernel in passes and "fused" in passes
+    ratio = float(passes[job.optimizer_kernel]) / float(passes["fused"]) if known else 1.0
     return np.where(cfg.optimizer == _ADAMW, ratio, 1.0)
 
 
@@ -262,7 +272,10 @@ def optimizer_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str,
     The step is memory-bound (10B parameters x 28 B in 2.57 s is ~110 GB/s of host memory traffic), so c_cpu
     scales with the bytes the engine's CPU step reads and writes per parameter, B_cpu / 28
     (``cpu_optimizer_bytes_per_param``: DeepSpeed/FSDP fp32 states 28, torchtune's pure-bf16 states 14).
-    The one-step delayed update (DPU, section 5.2) is off by default in DeepSpeed and not modelled.
+    The one-step delayed update (DPU, section 5.2) is off by default in DeepSpeed and not modelled. Where torch's
+    own AdamW steps on the CPU (FSDP CPU offload under hf or torchtune; DeepSpeed always runs its fused
+    DeepSpeedCPUAdam) the same kernel ratio k applies: without ``fused`` torch steps CPU tensors one op per
+    arithmetic step as well (its single-tensor path; foreach needs device tensors).
     P_local = P_train / (t p) / d when the optimizer is sharded (ZeRO >= 1), else / (t p).
     """
     local = _optimizer_shard(job, cfg)
@@ -270,7 +283,9 @@ def optimizer_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str,
     sharing = np.minimum(cfg.cards, hw.cards_per_node).astype(np.float64)
     cpu_bytes = consts["cpu_optimizer_bytes_per_param"][job.framework.value]
     width = float(cpu_bytes) / float(consts["cpu_adam_bytes_per_param"])  # B_cpu / 28
-    adam = local * float(consts["cpu_adam_seconds_per_param"]) * sharing * width
+    deepspeed = job.framework is Framework.hf and job.sharding is Sharding.deepspeed
+    torch_step = 1.0 if deepspeed else kernel_traffic(job, cfg, consts)
+    adam = local * float(consts["cpu_adam_seconds_per_param"]) * sharing * width * torch_step
     cpu = np.maximum(adam, 2.0 * local / hw.pcie_bytes_per_s)
     return np.where(cfg.offload == _NONE, gpu, cpu)
 
