@@ -115,20 +115,22 @@ def test_launch_files_ask_for_the_scenarios_kernel(kernel, optim, fused):
     assert block == {"_component_": "torch.optim.AdamW", "fused": fused}
 
 
-def test_reference_runs_that_stepped_torch_adamw_without_fused_say_so():
-    # torchtune's May-2024 README table ran configs with a plain torch.optim.AdamW (fused: True came in September
-    # 2024); PEFT's MetaMathQA loop builds torch.optim.AdamW without the argument. Both are torch's foreach default.
-    marked = {}
-    for name in ("throughput_cases.yaml", "throughput_cases_4.yaml"):
-        for case in yaml.safe_load((REFERENCE / name).read_text(encoding="utf-8"))["cases"]:
-            marked[case["id"]] = case["scenario"].get("training", {}).get("optimizer_kernel", "fused")
-    foreach = sorted(k for k, v in marked.items() if v == "foreach")
-    assert foreach == sorted([
-        "tput-tt-llama2-7b-qlora-4090-compile", "tput-tt-llama2-7b-lora-4090", "tput-tt-llama2-7b-lora-2x4090-fsdp",
-        "tput-tt-llama2-7b-full-4x4090-fsdp", "tput-tt-llama2-70b-lora-8xa100",
-        "h4-tput-peft-mmq-llama3.2-3b-full-l40s", "h4-tput-peft-mmq-llama3.2-3b-lora-r32-l40s",
-        "h4-tput-peft-mmq-llama3.2-3b-lora-r64-l40s", "h4-tput-peft-mmq-llama3.2-3b-lora-r10-mlp-l40s",
-    ])
+# Sources whose code, at the commit the run used, built torch.optim.AdamW without ``fused`` (torch's foreach default):
+# torchtune's README tables of April and May 2024 (configs before ``fused: True`` of 2024-09-14), PEFT's MetaMathQA
+# loop, torchtitan before 2025 (``foreach=True``, then ``--optimizer.fused`` false by default) and fms-fsdp.
+FOREACH_SOURCES = ("0217d44c2", "fef3ed10d", "huggingface/peft:method_comparison",
+                   "torchtitan:docs/performance.md@157a12c56", "torchtitan:docs/performance.md@3faaa1a0d",
+                   "llama3_h100_202412_torchtitan.md@820504e20", "fms-fsdp:README.md@4ffb9bd")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in REFERENCE.glob("*_cases*.yaml")))
+def test_reference_runs_that_stepped_torch_adamw_without_fused_say_so(name):
+    for case in yaml.safe_load((REFERENCE / name).read_text(encoding="utf-8"))["cases"]:
+        kernel = case["scenario"].get("training", {}).get("optimizer_kernel", "fused")
+        source = " ".join(str(case["source"]).split())
+        # the torchtitan boundary cases of memory_cases.yaml name no commit: left at the default
+        expected = "foreach" if any(tag in source for tag in FOREACH_SOURCES) else "fused"
+        assert kernel == expected, (name, case["id"], source)
 
 
 def test_the_peft_full_fine_tuning_row_is_within_25_percent_left_out(loso_rows):
