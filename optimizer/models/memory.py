@@ -276,7 +276,7 @@ def foreach_step_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.
     ``exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`` (torch/optim/adam.py ``_multi_tensor_adam``), a copy of the
     second moment for every parameter of the group, alive until the update (torch's optimizer docs: the foreach path
     uses about sizeof(params) more peak memory). v is half the AdamW moment bytes; P_local as in
-    :func:`optimizer_bytes`. None for other optimizers or when the step runs on the CPU.
+    :func:`optimizer_bytes`. 0 for other optimizers and when the step runs on the CPU.
     """
     if job.optimizer_kernel == "fused":
         return np.zeros(len(cfg), dtype=np.int64)
