@@ -180,3 +180,14 @@ def test_the_copy_counts_only_beyond_the_backward_peak():
         assert int(foreach["total"][0]) == int(fused["total"][0]) + extra
         extras[seq_len] = extra
     assert extras[512] > 0 and extras[4096] == 0, extras
+
+
+def test_the_output_says_what_a_foreach_step_costs(write_scenario, run_cli):
+    import json
+
+    foreach = {"framework": "hf", "optimizer": "adamw", "attention": "flash", "optimizer_kernel": "foreach"}
+    for training, said in ((foreach, True), ({**foreach, "optimizer_kernel": "fused"}, False)):
+        done = run_cli("solve", write_scenario(training=training), "--json")
+        assert done.exit_code == 0, done.stderr
+        notes = json.loads(done.stdout)["notes"]
+        assert any(n.startswith("training.optimizer_kernel foreach") for n in notes) is said, notes

@@ -6,7 +6,7 @@ resolved architecture and the offer; the planner attaches them to every estimate
 
 from __future__ import annotations
 
-from optimizer.inputs.schema import ModelArch, Scenario, Term
+from optimizer.inputs.schema import ModelArch, OptimizerKernel, OptimizerName, Scenario, Term
 from optimizer.inputs.schema_catalog import Offer
 from optimizer.inputs.schema_plan import ModelReport, PriceBasis
 
@@ -45,9 +45,20 @@ def data_notes(sc: Scenario) -> list[str]:
     return [note]
 
 
+FOREACH_ADAMW = ("training.optimizer_kernel foreach: torch's multi-tensor AdamW makes 20 passes over the states per "
+                 "step against the fused kernel's 7 and holds a copy of the second moments while it steps; the plan "
+                 "is timed and sized for it (fused, the default, is faster and needs no copy)")  # fmt: skip
+
+
+def optimizer_notes(sc: Scenario) -> list[str]:
+    """What the scenario's AdamW implementation costs when it is not the fused kernel ftopt launches by default."""
+    foreach = sc.training.optimizer_kernel is OptimizerKernel.foreach
+    return [FOREACH_ADAMW] if foreach and (sc.plan.optimizer or sc.training.optimizer) is OptimizerName.adamw else []
+
+
 def scenario_notes(sc: Scenario, arch: ModelArch) -> list[str]:
-    """Every note about reading the scenario: the model's import notes, then the data's."""
-    return [*arch.import_notes, *data_notes(sc)]
+    """Every note about reading the scenario: the model's import notes, the data's, then the optimizer's."""
+    return [*arch.import_notes, *data_notes(sc), *optimizer_notes(sc)]
 
 
 FP16_FOR_BF16 = ("fp16 for a model published in bf16 (config.json torch_dtype bfloat16): activations or gradients "
