@@ -186,3 +186,14 @@ def test_the_probe_states_the_host_ram_its_run_takes(probe_70b):
     assert fsdp - probe.host_ram == 4 * arch.total_params
     line = next(x for x in probe.lines() if "host RAM" in x)
     assert f"{probe.host_ram / 2**30:,.1f} GiB of host RAM" in line and "no model files" in line
+
+
+def test_the_probe_steps_the_adamw_kernel_the_plan_is_priced_with(probe_7b):
+    # the measurement runs the optimizer the launch files ask for (hf_args.hf_optim): fused AdamW unless the scenario
+    # says foreach; before, it stepped torch's foreach default while the plan was priced fused
+    _, cfg = probe_7b
+    assert cfg["optimizer"] == "adamw" and cfg["optimizer_kernel"] == "fused"
+    assert probe_script.trainer_optim(cfg, "cuda") == ("adamw_torch_fused", [])
+    assert probe_script.trainer_optim({**cfg, "optimizer_kernel": "foreach"}, "cuda") == ("adamw_torch", [])
+    optim, notes = probe_script.trainer_optim({**cfg, "optimizer": "paged_adamw_8bit"}, "cpu")
+    assert optim == "adamw_torch" and "needs bitsandbytes on CUDA" in notes[0]

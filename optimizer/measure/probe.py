@@ -249,7 +249,8 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
            "seq_len": sc.seq_len, "micro_batch": p.micro_batch, "cards": doc["plan"]["cards"],
            "zero_stage": p.zero_stage, "offload": p.offload.value, "sharding": training.get("sharding", "deepspeed"),
            "checkpointing": p.checkpointing.value, "precision": p.precision.value, "optimizer": p.optimizer.value,
-           "attention": probe_attention(trial, p).value, "warmup": warmup, "steps": steps}  # fmt: skip
+           "optimizer_kernel": training.get("optimizer_kernel", "fused"), "attention": probe_attention(trial, p).value,
+           "warmup": warmup, "steps": steps}  # fmt: skip
     if cfg["sharding"] == "deepspeed" and p.zero_stage > 0 and trial.plan is not None:
         cfg["deepspeed"] = deepspeed_config(trial.plan)  # the launch's own config: SGD stays SGD under ZeRO-Offload
     out = Path(out_dir)

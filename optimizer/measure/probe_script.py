@@ -37,7 +37,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 GIB = 2.0**30
-OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "paged_adamw_8bit": "paged_adamw_8bit",
+# TrainingArguments optim per plan optimizer; AdamW fused, as the launch files ask and the time model prices it, unless
+# the scenario's training.optimizer_kernel is foreach (adamw_torch, torch's multi-tensor path)
+OPTIMIZERS = {"adamw": "adamw_torch_fused", "adamw_8bit": "adamw_bnb_8bit", "paged_adamw_8bit": "paged_adamw_8bit",
               "sgd": "sgd", "adafactor": "adafactor"}  # fmt: skip
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "vocab_size": 512, "tiny_seq_len": 64, "tiny_micro_batch": 2}  # fmt: skip
@@ -320,6 +322,20 @@ def make_timer(cuda: bool) -> Any:
     return StepTimer()
 
 
+def trainer_optim(cfg: dict[str, Any], device: str) -> tuple[str, list[str]]:
+    """TrainingArguments ``optim`` for the plan's optimizer on ``device``, and a note where it cannot run there.
+
+    AdamW is fused unless the scenario's ``optimizer_kernel`` is foreach; bitsandbytes' optimizers need CUDA, so a
+    CPU run steps torch AdamW instead.
+    """
+    optim = OPTIMIZERS[cfg["optimizer"]]
+    if cfg["optimizer"] == "adamw" and cfg.get("optimizer_kernel") == "foreach":
+        optim = "adamw_torch"
+    if device == "cpu" and ("bnb" in optim or "8bit" in optim):
+        return "adamw_torch", [f"optimizer {cfg['optimizer']} needs bitsandbytes on CUDA; adamw_torch on the CPU"]
+    return optim, []
+
+
 def train(cfg: dict[str, Any], device: str, warmup: int, steps: int) -> tuple[Any, dict[str, Any]]:
     """Run warm-up + measured steps with HF Trainer; return the timer and the notes on what differs from the plan."""
     import torch
@@ -331,10 +347,8 @@ def train(cfg: dict[str, Any], device: str, warmup: int, steps: int) -> tuple[An
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, cfg["model"]["vocab_size"], (n, cfg["seq_len"]), generator=gen)
     data = [{"input_ids": row, "labels": row.clone()} for row in ids]
-    optim = OPTIMIZERS[cfg["optimizer"]]
-    if device == "cpu" and ("bnb" in optim or "8bit" in optim):
-        notes.append(f"optimizer {cfg['optimizer']} needs bitsandbytes on CUDA; adamw_torch on the CPU")
-        optim = "adamw_torch"
+    optim, said = trainer_optim(cfg, device)
+    notes += said
     if cfg["method"] == "qlora" and device == "cpu":
         notes.append("bitsandbytes NF4 needs CUDA: the CPU run keeps the base in fp32 (LoRA over an unquantised base)")
     if cfg["checkpointing"] == "selective":
