@@ -9,6 +9,9 @@ the kernel the scenario asks for.
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import yaml
@@ -16,8 +19,9 @@ import yaml
 from optimizer.inputs.schema import Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch import hf_arguments, launch_settings
-from optimizer.models import timing
+from optimizer.models import memory, timing
 
+from . import memory_builders as mb
 from .conftest import REFERENCE, scenario_doc, timing_inputs
 from .test_engines import _refusal
 
@@ -145,16 +149,11 @@ def test_the_peft_full_fine_tuning_row_is_within_25_percent_left_out(loso_rows):
 
 
 def _breakdown(kernel: str, seq_len: int, **cfg_changes):
-    from dataclasses import replace
-
-    from optimizer.models import memory
-
-    from .memory_builders import cfg, consts, job
-
-    j = replace(job(framework="torchtune", sharding="fsdp", attention="sdpa", seq_len=seq_len), optimizer_kernel=kernel)
-    c = cfg(**{"dp": 4, "zero": 3, "micro_batch": 2, "checkpointing": "full", **cfg_changes})
-    grads = memory.gradient_bytes(j, c, consts())  # every gradient, as the optimizer step holds them
-    return memory.breakdown(j, c, consts()), memory.foreach_step_bytes(j, c, consts()), grads
+    base = mb.job(framework="torchtune", sharding="fsdp", attention="sdpa", seq_len=seq_len)
+    j = replace(base, optimizer_kernel=kernel)
+    c = mb.cfg(**{"dp": 4, "zero": 3, "micro_batch": 2, "checkpointing": "full", **cfg_changes})
+    grads = memory.gradient_bytes(j, c, mb.consts())  # every gradient, as the optimizer step holds them
+    return memory.breakdown(j, c, mb.consts()), memory.foreach_step_bytes(j, c, mb.consts()), grads
 
 
 def test_the_foreach_step_holds_a_copy_of_the_second_moments():
@@ -183,8 +182,6 @@ def test_the_copy_counts_only_beyond_the_backward_peak():
 
 
 def test_the_output_says_what_a_foreach_step_costs(write_scenario, run_cli):
-    import json
-
     foreach = {"framework": "hf", "optimizer": "adamw", "attention": "flash", "optimizer_kernel": "foreach"}
     for training, said in ((foreach, True), ({**foreach, "optimizer_kernel": "fused"}, False)):
         done = run_cli("solve", write_scenario(training=training), "--json")

@@ -13,7 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optimizer.inputs.catalog import Catalog
-from optimizer.inputs.schema import Checkpointing, Framework, Method, Offload, Precision, Scenario
+from optimizer.inputs.schema import (
+    Checkpointing,
+    Framework,
+    Method,
+    Offload,
+    OptimizerKernel,
+    OptimizerName,
+    Precision,
+    Scenario,
+)
 from optimizer.models.configs import Job
 
 
@@ -155,7 +164,7 @@ def scenario_refusals(scenario: Scenario, cap: Capabilities) -> list[tuple[str, 
     if cap.optimizers is not None and optimizer.value not in cap.optimizers:
         out.append(("training.optimizer", f"{name} runs {' | '.join(cap.optimizers)}, not {optimizer.value}"))
     kernel = scenario.training.optimizer_kernel
-    if kernel.value != "fused" and optimizer.value != "adamw":
+    if kernel is not OptimizerKernel.fused and optimizer is not OptimizerName.adamw:
         out.append(("training.optimizer_kernel", f"{kernel.value} is torch AdamW's multi-tensor step, not "
                     f"{optimizer.value}'s; allowed: fused"))  # fmt: skip
     elif cap.optimizer_kernels is not None and kernel.value not in cap.optimizer_kernels:

@@ -427,10 +427,10 @@ def breakdown(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> dict[str, np
     first = output_gradient_bytes(job, cfg, consts)
     in_flight = parts["activations"] + parts["logits"] + first
     parts["gradients"] = np.where(transient, np.maximum(grads, in_flight) - in_flight + first, grads)
-    # a foreach AdamW step holds every gradient and its temporary once the activations and logits are freed
-    step = grads + foreach_step_bytes(job, cfg, consts)
-    parts["optimizer"] = parts["optimizer"] + np.maximum(step - parts["gradients"] - parts["activations"]
-                                                         - parts["logits"], 0)  # fmt: skip
+    if job.optimizer_kernel != "fused":  # a foreach AdamW step holds every gradient and its copy of v once the
+        step = grads + foreach_step_bytes(job, cfg, consts)  # activations and logits are freed
+        parts["optimizer"] = parts["optimizer"] + np.maximum(step - parts["gradients"] - parts["activations"]
+                                                             - parts["logits"], 0)  # fmt: skip
     inside = buffer_bytes(job, cfg, consts) + zero3_gathered_bytes(job, cfg, consts)
     dynamic = parts["activations"] + parts["logits"] + inside  # allocated and freed every micro-batch
     pool = _gradient_pool(job, cfg, grads, in_flight)  # sharded gradients kept reserved in their stream's pool
