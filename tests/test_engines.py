@@ -3,7 +3,7 @@
 Offloading: DeepSpeed offloads the optimizer at ZeRO 1-3 and parameters at ZeRO-3; FSDP (accelerate or torchtune)
 offloads parameters, gradients and optimizer together; torchtune's full fine-tuning recipe shards, and so offloads,
 only with more than one data-parallel rank. Checkpointing: torchtune has no per-operator selective level. A pinned
-value is always taken as given.
+value is taken as given, except an offload the engine cannot run, which is refused with a one-line error.
 """
 
 from __future__ import annotations
@@ -59,10 +59,41 @@ def test_torchtune_lora_offloads_on_one_rank_too(write_scenario, catalog):
     assert (ev.cfg.dp[offloaded] == 1).any()
 
 
-def test_a_pinned_offload_is_taken_as_given(write_scenario, catalog):
-    _, zo = _rows(write_scenario, catalog, training=_training("hf", "fsdp"),
+@pytest.mark.parametrize("training,plan,says", [
+    (("hf", "deepspeed"), {"zero_stage": 0, "offload": "optimizer"}, "offload optimizer runs at ZeRO stage 1, 2 or 3"),
+    (("hf", "deepspeed"), {"zero_stage": 2, "offload": "all"}, "offload all runs at ZeRO stage 3"),
+    (("hf", "fsdp"), {"zero_stage": 2, "offload": "optimizer"}, "hf_fsdp does not run offload optimizer"),
+    (("hf", "fsdp"), {"offload": "optimizer"}, "hf_fsdp does not run offload optimizer"),
+    (("torchtune", "fsdp"), {"offload": "optimizer"}, "torchtune does not run offload optimizer"),
+    (("nemo", "deepspeed"), {"zero_stage": 3, "offload": "optimizer"}, "nemo does not run offload optimizer at ZeRO-3"),
+    (("hf", "deepspeed", "adamw_8bit"), {"offload": "optimizer"}, "hf_deepspeed cannot step adamw_8bit on the CPU"),
+    (("hf", "fsdp", "paged_adamw_8bit"), {"offload": "all"}, "hf_fsdp cannot step paged_adamw_8bit on the CPU"),
+])  # fmt: skip
+def test_a_pinned_offload_the_engine_cannot_run_is_refused(write_scenario, catalog, training, plan, says):
+    """Before, a pinned offload ran as given: ZeRO-0 with offload optimizer kept the states on the GPU in memory
+    while time priced a CPU Adam step, and FSDP engines got an optimizer-only offload their launch files cannot
+    write."""
+    with pytest.raises(InputError) as err:
+        _rows(write_scenario, catalog, training=_training(*training), plan=plan)
+    assert err.value.field == "plan.offload"
+    assert says in err.value.problem and "allowed: offload none" in err.value.problem
+
+
+def test_deepspeed_steps_a_pinned_sgd_offload_on_the_cpu(write_scenario, catalog):
+    """The solver offloads only AdamW under DeepSpeed; pinned, SGD runs as a client optimizer on the CPU partitions
+    (the launch file's zero_force_ds_cpu_optimizer false)."""
+    _, zo = _rows(write_scenario, catalog, training=_training("hf", "deepspeed", "sgd"))
+    assert all(o is Offload.none for _, o in zo)
+    _, zo = _rows(write_scenario, catalog, training=_training("hf", "deepspeed", "sgd"),
                   plan={"zero_stage": 2, "offload": "optimizer"})  # fmt: skip
     assert zo == {(2, Offload.optimizer)}
+
+
+def test_a_pinned_offload_the_engine_runs_keeps_only_the_engines_pairs(write_scenario, catalog):
+    _, zo = _rows(write_scenario, catalog, training=_training("hf", "deepspeed"), plan={"offload": "optimizer"})
+    assert zo == {(1, Offload.optimizer), (2, Offload.optimizer), (3, Offload.optimizer)}
+    _, zo = _rows(write_scenario, catalog, training=_training("hf", "fsdp"), plan={"offload": "all"})
+    assert zo == {(3, Offload.all)}
 
 
 def test_torchtune_is_not_offered_per_operator_selective_checkpointing(write_scenario, catalog):
@@ -154,3 +185,11 @@ def test_torchtune_optimizer_in_backward_plans_never_accumulate(write_scenario, 
     training = {**_training("torchtune", "fsdp"), "optimizer_in_backward": True}
     ev, _ = _rows(write_scenario, catalog, method="full", lora=None, training=training)
     assert set(ev.cfg.grad_accum.tolist()) == {1}
+
+
+def test_zero_0_with_offload_is_one_line_at_the_cli(write_scenario, run_cli):
+    path = write_scenario(training=_training("hf"), plan={"zero_stage": 0, "offload": "optimizer"})
+    done = run_cli("solve", path)
+    assert done.exit_code == 2
+    assert "plan.offload" in done.stderr and "zero_stage 1, 2 or 3" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

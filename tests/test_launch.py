@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from optimizer.inputs.catalog import load_scenario, resolve_model
+from optimizer.inputs.errors import InputError
 from optimizer.inputs.schema import Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch import deepspeed_config, from_pretrained, fsdp_plugin, hf_arguments, launch_settings
@@ -44,7 +46,7 @@ def test_offloaded_adamw_is_declared_so_deepspeed_steps_it_on_the_cpu():
 
 def test_solver_offloads_only_optimizers_that_step_on_the_cpu(write_scenario, catalog):
     """bitsandbytes' 8-bit optimizers need CUDA tensors and DeepSpeed's offload only runs its own CPU AdamW:
-    no offloaded candidate for them; FSDP offload keeps torch's SGD; a pinned offload is taken as given."""
+    no offloaded candidate for them; FSDP offload keeps torch's SGD; a pinned offload with them is refused."""
 
     def offloads(**training):
         path = write_scenario(f"{'-'.join(map(str, training.values()))}.yaml",
@@ -61,8 +63,8 @@ def test_solver_offloads_only_optimizers_that_step_on_the_cpu(write_scenario, ca
     training = {"framework": "hf", "sharding": "deepspeed", "optimizer": "adamw_8bit"}
     pinned = write_scenario("pinned.yaml", plan={"offload": "optimizer"}, training=training)
     sc = load_scenario(pinned)
-    _, _, _, ev = enumerate_all(sc, catalog, resolve_model(sc, catalog, pinned), str(pinned))
-    assert len(ev) and (ev.cfg.offload != 0).all()
+    with pytest.raises(InputError, match="cannot step adamw_8bit on the CPU"):
+        enumerate_all(sc, catalog, resolve_model(sc, catalog, pinned), str(pinned))
 
 
 def test_deepspeed_batch_sizes_multiply_to_the_global_batch():

@@ -132,13 +132,26 @@ def _allow(rng: random.Random, cat: Catalog) -> dict[str, Any]:
     return allow
 
 
-def _engine_runs(doc: dict[str, Any]) -> None:
-    """Keep the draw to what its engine runs (calibration frameworks: methods, optimizers, parallelism)."""
+def _engine_runs(doc: dict[str, Any], frameworks: dict[str, Any]) -> None:
+    """Keep the draw to what its engine runs (calibration frameworks: methods, optimizers, parallelism, offload)."""
     if doc["training"]["framework"] == "nemo":
         doc["training"]["optimizer"] = "adamw"
         doc["method"] = "lora" if doc["method"] == "qlora" else doc["method"]
     elif (doc.get("plan") or {}).get("tp", 1) != 1:
         doc["plan"]["tp"] = 1
+    pins, training = doc.get("plan") or {}, doc["training"]
+    if pins.get("offload", "none") == "none":
+        return
+    engine = f"hf_{training['sharding']}" if training["framework"] == "hf" else training["framework"]
+    if training["optimizer"] not in _pinned_offload_optimizers(frameworks, engine):
+        training["optimizer"] = "adamw"  # a pinned offload with an optimizer that cannot step on the CPU is refused
+    pairs = frameworks["offload_modes"].get(engine, {}).get("pairs")
+    if pairs and pins["offload"] not in {o for _, o in pairs}:
+        pins["offload"] = pairs[0][1]  # and so is an offload the engine does not run
+
+
+def _pinned_offload_optimizers(frameworks: dict[str, Any], engine: str) -> list[str]:
+    return frameworks.get("pinned_offload_optimizers", {}).get(engine, frameworks["offload_optimizers"][engine])
 
 
 def make_instance(seed: int) -> Instance:
@@ -158,7 +171,7 @@ def make_instance(seed: int) -> Instance:
                   "attention": rng.choice(["flash", "sdpa", "eager"])},
         plan=_pins(rng), allow=_allow(rng, cat), headroom=rng.choice([0.0, 0.05, 0.1]),
     )  # fmt: skip
-    _engine_runs(doc)
+    _engine_runs(doc, catalog.calibration["frameworks"])
     if rng.random() < 0.5:
         doc["budget"] = {"amount": 1.0, "currency": rng.choice(["USD", "CNY"])}  # amount drawn after the oracle
     sc = Scenario.model_validate(doc)
@@ -192,7 +205,10 @@ def _engine_offloads(sc: Scenario, catalog: Catalog, zero: int, off: Offload, dp
         engine = f"hf_{sc.training.sharding.value}"
     frameworks = catalog.calibration["frameworks"]
     optimizer = (sc.plan.optimizer or sc.training.optimizer).value
-    if optimizer not in frameworks["offload_optimizers"][engine]:
+    runs = frameworks["offload_optimizers"][engine]
+    if sc.plan.offload is not None:  # a pinned offload may step more (calibration pinned_offload_optimizers)
+        runs = _pinned_offload_optimizers(frameworks, engine)
+    if optimizer not in runs:
         return False
     modes = frameworks["offload_modes"].get(engine)
     if modes is None:
@@ -219,7 +235,7 @@ def _configs(sc: Scenario, arch: ModelArch, offer: Offer, catalog: Catalog):
                 if not (_allowed(zero, pins.zero_stage) and _allowed(off.value, pins.offload)):
                     continue
                 engine_ok = _engine_offloads(sc, catalog, zero, off, dp)
-                if off is not Offload.none and pins.offload is None and not engine_ok:
+                if off is not Offload.none and not engine_ok:
                     continue  # the engine cannot run this offload (calibration frameworks: optimizer, pair, ranks)
                 for mb in MICRO_BATCHES:
                     if (gb // dp) % mb or not _allowed(mb, pins.micro_batch):

@@ -603,7 +603,11 @@ class PlanPins(Strict):
         "sharding (HSDP: sharded inside each node, replicated across nodes; engines in calibration "
         "frameworks.hybrid_shard); solver output: present only on hybrid plans",
     )
-    offload: Offload | None = Field(None, description="what moves to host RAM")
+    offload: Offload | None = Field(
+        None,
+        description="what moves to host RAM: optimizer (ZeRO 1-3) or all (ZeRO-3), as the engine runs it "
+        "(calibration frameworks.offload_modes); a pin it does not run is refused",
+    )
     micro_batch: Int | None = Field(None, gt=0, le=100_000, description="sequences per GPU per forward pass")
     grad_accum: Int | None = Field(
         None,

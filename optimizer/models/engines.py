@@ -4,12 +4,14 @@ Checkpointing levels, offloading, parallel degrees, methods, optimizers, optimiz
 offloading.
 
 Engines: hf_deepspeed and hf_fsdp (the hf framework with its ``training.sharding``), torchtune, nemo. The solver
-proposes only configurations the scenario's engine can launch; a pinned value is used as given (optimizer/solve/space.py
-``grid``). The sources of each entry are in calibration.yaml beside it.
+proposes only configurations the scenario's engine can launch; a pinned value is used as given
+(optimizer/solve/space.py ``grid``), except a pinned offload the engine cannot run, which is refused
+(:func:`offload_refusal`). The sources of each entry are in calibration.yaml beside it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from optimizer.inputs.catalog import Catalog
@@ -47,12 +49,15 @@ class OffloadRule:
     """The offloading a scenario's engine can run.
 
     ``allowed``: whether at all (its optimizer must step on the CPU); ``pairs``: which (zero_stage, offload) pairs
-    (None: every pair the grid has); ``min_dp``: the fewest data-parallel ranks it needs.
+    (None: every pair the grid has); ``min_dp``: the fewest data-parallel ranks it needs; ``pinnable``: whether a
+    pinned offload can run with the scenario's optimizer, which ``pinned_optimizers`` lists (None: any).
     """
 
     allowed: bool = True
     pairs: frozenset[tuple[int, str]] | None = None
     min_dp: int = 1
+    pinnable: bool = True
+    pinned_optimizers: tuple[str, ...] | None = None
 
     def keeps(self, zero_stage: int, offload: Offload, dp: int) -> bool:
         """Whether the engine can run this offload (no offload is always kept)."""
@@ -65,13 +70,15 @@ class OffloadRule:
 def offload_rule(scenario: Scenario, job: Job, catalog: Catalog) -> OffloadRule:
     """The engine's offload rule from calibration ``frameworks`` (keys hf_deepspeed | hf_fsdp | torchtune | nemo).
 
-    ``offload_optimizers``: optimizers that can step on the CPU; ``offload_modes``: the (zero_stage, offload) pairs
+    ``offload_optimizers``: optimizers the solver offloads; ``pinned_offload_optimizers``: those a pinned offload
+    may also step (default: the same); ``offload_modes``: the (zero_stage, offload) pairs
     and, for full fine-tuning, the fewest data-parallel ranks (``full_min_dp``). An engine missing from either
-    allows everything. A pinned offload is used as given (optimizer.solve.space.grid).
+    allows everything. A pinned offload the rule does not allow is refused (:func:`offload_refusal`).
     """
     key = engine_key(scenario, job)
     frameworks = catalog.calibration.get("frameworks", {})
     optimizers = frameworks.get("offload_optimizers", {}).get(key)
+    pinned = frameworks.get("pinned_offload_optimizers", {}).get(key, optimizers)
     optimizer = scenario.plan.optimizer or scenario.training.optimizer
     modes = frameworks.get("offload_modes", {}).get(key, {})
     pairs = modes.get("pairs")
@@ -79,23 +86,55 @@ def offload_rule(scenario: Scenario, job: Job, catalog: Catalog) -> OffloadRule:
         allowed=optimizers is None or optimizer.value in optimizers,
         pairs=None if pairs is None else frozenset((int(z), str(o)) for z, o in pairs),
         min_dp=int(modes.get("full_min_dp", 1)) if job.method is Method.full else 1,
+        pinnable=pinned is None or optimizer.value in pinned,
+        pinned_optimizers=None if pinned is None else tuple(str(o) for o in pinned),
     )
 
 
-def offload_refusal(scenario: Scenario, rule: OffloadRule, engine: str) -> tuple[str, str] | None:
-    """(field, problem) when pinned cards leave fewer data-parallel ranks than a pinned offload needs, else None.
+def offload_refusal(scenario: Scenario, rule: OffloadRule, engine: str,
+                    stages: Iterable[tuple[int, Offload]]) -> tuple[str, str] | None:  # fmt: skip
+    """(field, problem) when a pinned offload is one the engine cannot run, else None.
 
-    torchtune's full fine-tuning recipe applies FSDP, and with it ``fsdp_cpu_offload``, only on two or more
-    data-parallel ranks (``full_min_dp``): on fewer the offload the plan would price does not happen.
+    Refused, in this order: an offload at a ZeRO stage that has none (``stages``, the grid's (zero_stage, offload)
+    pairs: optimizer offload needs stage 1-3, parameter offload stage 3; at ZeRO-0 the memory model would keep the
+    states on the GPU while the time model prices a CPU step); an optimizer the engine cannot step on the CPU
+    (``rule.pinnable``: bitsandbytes' 8-bit optimizers need CUDA tensors); a (zero_stage, offload) pair outside the
+    engine's (``rule.pairs``: FSDP offloads parameters, gradients and optimizer together, at full sharding); pinned
+    cards leaving fewer data-parallel ranks than the offload needs (``rule.min_dp``: torchtune's full fine-tuning
+    recipe applies FSDP, and with it ``fsdp_cpu_offload``, only on two or more ranks).
     """
     pins = scenario.plan
-    if pins.offload in (None, Offload.none) or pins.cards is None:
+    off = pins.offload
+    if off in (None, Offload.none):
+        return None
+    at = [z for z, o in stages if o is off]
+    if pins.zero_stage is not None and pins.zero_stage not in at:
+        return ("plan.offload", f"offload {off.value} runs at ZeRO stage {_or(at)}, and plan.zero_stage is "
+                f"{pins.zero_stage}: allowed: offload none, or zero_stage {_or(at)}")  # fmt: skip
+    if not rule.pinnable:
+        optimizer = (pins.optimizer or scenario.training.optimizer).value
+        return ("plan.offload", f"{engine} cannot step {optimizer} on the CPU: allowed: offload none, or optimizer "
+                f"{_or(list(rule.pinned_optimizers or ()))}")  # fmt: skip
+    if rule.pairs is not None:
+        ok = sorted(z for z, o in rule.pairs if o == off.value)
+        if not ok or (pins.zero_stage is not None and pins.zero_stage not in ok):
+            runs = ", ".join(f"ZeRO-{z} offload {o}" for z, o in sorted(rule.pairs))
+            return ("plan.offload", f"{engine} does not run offload {off.value}"
+                    + (f" at ZeRO-{pins.zero_stage}" if pins.zero_stage is not None and ok else "")
+                    + f": allowed: offload none, or {runs}")  # fmt: skip
+    if pins.cards is None:
         return None
     dp = pins.cards // ((pins.tp or 1) * (pins.pp or 1))
     if dp >= rule.min_dp:
         return None
     return ("plan.offload", f"{engine} offloads (fsdp_cpu_offload) only on {rule.min_dp} or more data-parallel "
             f"ranks, and plan.cards {pins.cards} gives {dp}: allowed: offload none, or more cards")  # fmt: skip
+
+
+def _or(items: list) -> str:
+    """'1, 2 or 3' for [1, 2, 3]."""
+    words = [str(x) for x in items]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
 def _framework_table(catalog: Catalog, name: str) -> dict:

@@ -284,8 +284,9 @@ def grid(
 
     ``levels`` are the checkpointing levels the framework offers (calibration ``frameworks.checkpointing``);
     None means all of them. ``rule`` drops the offloaded rows the engine cannot run (:func:`offload_rule`); None
-    keeps them all. ``fallback`` is the precision proposed on GPUs without native bf16 (fp16 unless the engine
-    rejects it). A pinned level, offload or precision is used as given.
+    keeps them all (a pinned offload the rule refuses never reaches here: :func:`configurations`). ``fallback`` is
+    the precision proposed on GPUs without native bf16 (fp16 unless the engine rejects it). A pinned level or
+    precision is used as given.
     """
     pins = scenario.plan
     levels = list(levels) if levels is not None else [c.value for c in CHECKPOINTING]
@@ -295,8 +296,6 @@ def grid(
         if (pins.zero_stage is None or z == pins.zero_stage) and (pins.offload is None or o == pins.offload)
     ]
     rule = rule or OffloadRule()
-    if pins.offload is not None:  # a pinned offload runs as given, on as many ranks as the engine needs for it
-        rule = OffloadRule(min_dp=rule.min_dp)
     if pins.zero_stage is not None and pins.offload is not None and not zo:
         zo = [(pins.zero_stage, OFFLOAD.index(pins.offload))]
     offered = [CHECKPOINTING.index(Checkpointing(c)) for c in levels]
@@ -631,9 +630,13 @@ def configurations(scenario: Scenario, catalog: Catalog, arch: Any, source: str,
     if job.activation_offload and cap.offload_needs_checkpointing:  # offloads the activations it checkpoints
         levels = [c for c in (levels or [c.value for c in CHECKPOINTING]) if c != Checkpointing.none.value]
     rule, fallback = offload_rule(scenario, job, catalog), half_precision_fallback(job, catalog)
-    refused = None if replay else offload_refusal(scenario, rule, cap.engine)
+    if replay and scenario.plan.offload is not None:  # a published run's offload is replayed as it ran
+        rule = OffloadRule(min_dp=rule.min_dp)
+    refused = None if replay else offload_refusal(scenario, rule, cap.engine, ZERO_OFFLOAD)
     if refused is not None:
         raise InputError(source, *refused)
+    if scenario.plan.offload is not None:  # a pinned offload may step what the solver would not propose
+        rule = dataclasses.replace(rule, allowed=rule.pinnable)
     li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers, levels, rule, fallback)
     lay_arr = np.array([(x.offer, x.cards, x.nodes, x.tp, x.pp, x.dp) for x in lays], dtype=np.int64).reshape(-1, 6)
     rows = lay_arr[li] if len(li) else np.zeros((0, 6), dtype=np.int64)
