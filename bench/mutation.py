@@ -110,6 +110,9 @@ MUTATIONS: list[Mutation] = [
     _m("memory-hsdp-shard-ignored", "memory", MEM, r"n = cfg\.shard_ranks\.astype\(np\.float64\)",
        "n = cfg.dp.astype(np.float64)", ["tests/test_hybrid_shard.py"],
        "a hybrid plan's gradients sharded over every rank instead of the node's"),
+    _m("memory-offloaded-weights-sharded", "memory", MEM, r"offload=np\.zeros_like\(cfg\.offload\), shard=None\)",
+       "offload=np.zeros_like(cfg.offload))", ["tests/test_memory_components.py"],
+       "host RAM for offload all counts a ZeRO shard of the weights per card (70B LoRA on 8 cards: 29 GiB, not 200)"),
     # ---- memory: model states
     _m("memory-zero1-optimizer-not-sharded", "memory", MEM,
        r"shard = np\.where\(cfg\.zero_stage >= 1, cfg\.shard_ranks, 1\)",

@@ -6,6 +6,8 @@ Part I. Tolerances: exact (int64 bytes, ceil) unless stated.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -208,3 +210,16 @@ def test_offload_needs_host_memory_and_none_needs_none():
     j = job()
     assert _one(memory.cpu_offload_bytes, j, cfg(zero=3, dp=8, offload="all")) > 0
     assert _one(memory.cpu_offload_bytes, j, cfg(zero=3, dp=8, offload="none")) == 0
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_host_ram_for_offload_all_is_the_whole_model_however_many_cards_share_the_node(method):
+    """One node holds every rank's offloaded parameters: the whole model, on 1 card or 8. The solver's rows carry
+    their ZeRO shard group (``shard`` = dp); the unsharded weights used to be divided by it and then by the cards
+    again, so 70B LoRA with ``offload: all`` on 8 cards asked for 1/8 of the base (29 GiB instead of 200)."""
+    j = job(arch=LLAMA31_8B, method=method, rank=16)
+    one = cfg(zero=3, dp=1, offload="all")
+    eight = dataclasses.replace(cfg(zero=3, dp=8, offload="all"), shard=np.array([8]))
+    base = LLAMA31_8B.total_params * 2 * 1.5  # bf16 weights x DeepSpeed's host buffer factor
+    assert _one(memory.cpu_offload_bytes, j, eight) == pytest.approx(_one(memory.cpu_offload_bytes, j, one), rel=1e-6)
+    assert _one(memory.cpu_offload_bytes, j, eight) >= base

@@ -370,13 +370,15 @@ def cpu_offload_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.n
     per GPU: P_train x (master + moments + 4 fp32 grads) / (t p N), plus for ``all`` the 16-bit (or k-bit)
     weights / (t p N); times the GPUs per node (min(cards, 8)) and DeepSpeed's additional_buffer_factor
     (``host_buffer_factor``, 1.5). With zero.Init this is the DeepSpeed ZeRO-3 estimator: 16P x 1.5 / nodes
-    (optimizer offload), 18P x 1.5 / nodes (all). Offers do not yet state host RAM, so it is reported only.
+    (optimizer offload), 18P x 1.5 / nodes (all). For ``all`` the weights are the whole model's (a frozen LoRA
+    base too), never a ZeRO shard of them: the node holds its ranks' shards, i.e. all of it on one node.
+    The node's host RAM must hold it (optimizer/models/hosts.py).
     """
     b = _state_bytes(job, cfg, consts)
     cards = _f(cfg.tp * cfg.pp * cfg.dp)
     states = trainable_params(job) * (b["master"] + b["moments"] + 4.0) / cards
     whole = replace(cfg, tp=np.ones_like(cfg.tp), pp=np.ones_like(cfg.pp), dp=np.ones_like(cfg.dp),
-                    offload=np.zeros_like(cfg.offload))  # fmt: skip
+                    offload=np.zeros_like(cfg.offload), shard=None)  # the whole model, unsharded  # fmt: skip
     params = np.where(cfg.offload == _ALL, _f(weight_bytes(job, whole, consts)) / cards, 0.0)
     host = (states + params) * _f(np.minimum(cfg.cards, 8)) * float(consts["host_buffer_factor"])
     return _i64(np.where((cfg.offload == _NONE) | (cfg.zero_stage == 0), 0.0, host))

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from optimizer.inputs.schema import Offload
 from optimizer.inputs.schema_catalog import Gpu, Offer
 from optimizer.models import hosts, overheads
+from optimizer.models.configs import OFFLOAD
 
 GIB = 2**30
 
@@ -19,11 +21,14 @@ def _gib(n: float) -> str:
 
 
 def host_ram_line(offer: Offer, need: float, offload: float, ranks: int, have: float,
-                  rule: str | None = None) -> str | None:  # fmt: skip
-    """Host RAM per node: a line when the offer does not state it (the plan fits the assumed figure ``have``)."""
+                  rule: str | None = None, what: str = "optimizer states") -> str | None:  # fmt: skip
+    """Host RAM per node: a line when the offer does not state it (the plan fits the assumed figure ``have``).
+
+    ``what``: what is offloaded (optimizer states; parameters and optimizer states for ``offload: all``).
+    """
     if hosts.ram_stated(offer):  # stated: the space already dropped plans that need more
         return None
-    parts = f"{_gib(offload)} of offloaded optimizer states + " if offload > 0 else ""
+    parts = f"{_gib(offload)} of offloaded {what} + " if offload > 0 else ""
     assumed = f"; planned with {_gib(have)} per node: {rule}" if rule and have == have else ""
     return (f"host RAM: confirm with {offer.provider} that each node of {offer.id} has at least {_gib(need)} of RAM "
             f"({parts}{ranks} training process{'es' if ranks != 1 else ''}); the offer does not state it"
@@ -92,7 +97,9 @@ def for_row(space: Any, i: int) -> list[str]:
     disk_need = float(overheads.disk_need_bytes(space.job, c.time["checkpoint_bytes"][i : i + 1],
                                                 c.nodes[i : i + 1], int(cal["checkpoints_kept"]))[0])  # fmt: skip
     lines = [
-        host_ram_line(offer, need, offload, int(ranks[0]), have, hosts.ram_rule_text(offer, cal, override)),
+        host_ram_line(offer, need, offload, int(ranks[0]), have, hosts.ram_rule_text(offer, cal, override),
+                      "parameters and optimizer states" if int(c.cfg.offload[i]) == OFFLOAD.index(Offload.all)
+                      else "optimizer states"),  # fmt: skip
         usable_memory_line(gpu, offer, int(c.hw.capacity_bytes[i])),
         p2p_line(gpu, offer, int(ranks[0])),
         disk_line(offer, disk_need, int(cal["checkpoints_kept"])),
