@@ -113,6 +113,9 @@ MUTATIONS: list[Mutation] = [
     _m("memory-offloaded-weights-sharded", "memory", MEM, r"offload=np\.zeros_like\(cfg\.offload\), shard=None\)",
        "offload=np.zeros_like(cfg.offload))", ["tests/test_memory_components.py"],
        "host RAM for offload all counts a ZeRO shard of the weights per card (70B LoRA on 8 cards: 29 GiB, not 200)"),
+    _m("memory-megatron-selective-as-per-op", "memory", ACT, r'if job\.selective_recompute == "attention_core":',
+       "if False:", ["tests/test_memory_components.py"],
+       "NeMo's selective (attention core only) priced as torchtitan's per-op policy: 23 GiB planned, 72 GiB launched"),
     # ---- memory: model states
     _m("memory-zero1-optimizer-not-sharded", "memory", MEM,
        r"shard = np\.where\(cfg\.zero_stage >= 1, cfg\.shard_ranks, 1\)",
@@ -358,6 +361,9 @@ MUTATIONS: list[Mutation] = [
     _m("space-pinned-offload-optimizer-dropped", "solver", SPACE,
        r"rule = dataclasses\.replace\(rule, allowed=rule\.pinnable\)", "rule = rule", ["tests/test_engines.py"],
        "a pinned SGD ZeRO-Offload under DeepSpeed, which the launch file runs, leaves no configuration"),
+    _m("nemo-sequence-parallel-dropped", "launch", "optimizer/launch/nemo_cfg.py",
+       r'strategy\["sequence_parallel"\] = True', "pass", ["tests/test_launch.py"],
+       "a NeMo tp plan launched without sequence parallelism, which the memory model assumes"),
     # ---- launch values of the newer engines
     _m("launch-torchtune-rank-is-alpha", "launch", LAUNCH_FILES, r'block\["lora_rank"\] = spec\.rank',
        'block["lora_rank"] = spec.alpha', ENGINE_TESTS, "torchtune lora_rank set to the LoRA alpha"),

@@ -49,6 +49,7 @@ def job(arch: ModelArch = LLAMA2_7B, method: str = "full", rank: int = 16, targe
         attention=Attention(attention), loss=Loss(loss), base_bits=4 if m is Method.qlora else 16,
         seq_len=seq_len, global_batch=64, total_tokens=1e8, compile=compile, activation_offload=activation_offload,
         optimizer_in_backward=optimizer_in_backward, loss_parallel=loss_parallel, quant_kernel=quant_kernel,
+        selective_recompute=load_catalog().calibration["timing"]["selective_recompute"][framework],
     )  # fmt: skip
 
 

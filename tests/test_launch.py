@@ -402,3 +402,21 @@ def test_instruct_and_chat_names_keep_their_torchtune_builder():
     settings = launch_settings(Scenario(**doc), _plan(), cards_per_node=8)
     assert settings["torchtune"]["model"]["_component_"] == "torchtune.models.llama3_1.lora_llama3_1_8b"
     assert not any("no known builder" in n for n in settings.get("notes", []))
+
+
+def test_nemo_tensor_parallel_plans_launch_sequence_parallelism():
+    """The memory model divides every activation by t (sequence parallelism with tensor parallelism); NeMo 2's
+    MegatronStrategy defaults sequence_parallel to False, and megatron-core refuses it without tensor parallelism."""
+    sc = _scenario("full", framework="nemo")
+    assert launch_settings(sc, _plan(tp=4, dp=2), cards_per_node=8)["nemo"]["strategy"]["sequence_parallel"] is True
+    assert "sequence_parallel" not in launch_settings(sc, _plan(), cards_per_node=8)["nemo"]["strategy"]
+
+
+def test_a_pinned_selective_hf_plan_says_its_files_recompute_whole_layers():
+    """The solver never proposes selective under hf (calibration frameworks.checkpointing); a pin is priced as
+    torchtitan's per-op policy, which transformers cannot launch: the notes say so, and the files set full."""
+    settings = launch_settings(_scenario("full"), _plan(checkpointing="selective"), cards_per_node=8)
+    assert any("per-op selective" in n for n in settings["notes"])
+    assert settings["training_arguments"]["activation_checkpointing"] is True
+    plain = launch_settings(_scenario("full"), _plan(checkpointing="full"), cards_per_node=8)
+    assert not any("per-op selective" in n for n in plain["notes"])

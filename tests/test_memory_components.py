@@ -223,3 +223,24 @@ def test_host_ram_for_offload_all_is_the_whole_model_however_many_cards_share_th
     base = LLAMA31_8B.total_params * 2 * 1.5  # bf16 weights x DeepSpeed's host buffer factor
     assert _one(memory.cpu_offload_bytes, j, eight) == pytest.approx(_one(memory.cpu_offload_bytes, j, one), rel=1e-6)
     assert _one(memory.cpu_offload_bytes, j, eight) >= base
+
+
+@pytest.mark.parametrize("attention", ["flash", "eager"])
+def test_megatron_selective_keeps_every_tensor_but_the_attention_core(attention):
+    """nemo's selective level recomputes the attention core only (Megatron-Core core_attn): with flash attention
+    that drops the fp32 log-sum-exp, so it holds nearly what no checkpointing holds; with eager attention it drops
+    the s x s scores. It used to be priced as torchtitan's per-op policy (30% of each layer), so a NeMo plan that
+    fitted at 23 GiB of activations needed 72 GiB once launched."""
+    j = job(arch=LLAMA31_8B, framework="nemo", attention=attention, seq_len=4096)
+    layers, tokens = LLAMA31_8B.layers, 4096
+    core = activations.attention_core_bytes_per_token_layer(j, cfg(), consts())[0]
+    none = _one(activations.activation_bytes, j, cfg(checkpointing="none"))
+    sel = _one(activations.activation_bytes, j, cfg(checkpointing="selective"))
+    assert sel == pytest.approx(none - tokens * core * (layers - 1), abs=2)
+    if attention == "flash":
+        assert core == 4 * LLAMA31_8B.heads and sel > 0.99 * none
+    else:
+        assert sel < 0.5 * none  # the scores are most of an eager layer at 4096 tokens
+    hf = job(arch=LLAMA31_8B, framework="hf", attention=attention, seq_len=4096)
+    per_op = _one(activations.activation_bytes, hf, cfg(checkpointing="selective"))
+    assert per_op < 0.5 * _one(activations.activation_bytes, hf, cfg(checkpointing="none"))

@@ -25,10 +25,13 @@ def _solve(tmp_path, gpu: str, method: str = "full"):
     return solve_scenario(path).best.plan
 
 
-@pytest.mark.parametrize("gpu", ["H100-SXM", "A100-80G"])
-def test_nvlink_nodes_run_70b_with_tensor_parallelism(tmp_path, gpu):
+@pytest.mark.parametrize("gpu,lowest", [("H100-SXM", 4), ("A100-80G", 2)])
+def test_nvlink_nodes_run_70b_with_tensor_parallelism(tmp_path, gpu, lowest):
+    """A100: since Megatron's selective level keeps every tensor but the attention core (memory model), tp 8 with
+    selective checkpointing at micro-batch 4 no longer fits, and tp 2 under Megatron FSDP (ZeRO-3) with full
+    recomputation is the fastest plan; tp 1 never is."""
     plan = _solve(tmp_path, gpu)
-    assert plan is not None and 4 <= plan.tp <= 8, plan
+    assert plan is not None and lowest <= plan.tp <= 8, plan
 
 
 @pytest.mark.parametrize("gpu", ["H100-PCIe", "L40S"])

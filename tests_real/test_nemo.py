@@ -31,10 +31,12 @@ def test_transformer_config_accepts_the_model_settings(name):
         tensor_model_parallel_size=nemo["strategy"]["tensor_model_parallel_size"],
         pipeline_model_parallel_size=nemo["strategy"]["pipeline_model_parallel_size"],
         virtual_pipeline_model_parallel_size=nemo["strategy"].get("virtual_pipeline_model_parallel_size"),
+        sequence_parallel=nemo["strategy"].get("sequence_parallel", False),
         pipeline_dtype=getattr(torch, dtype) if dtype else None,
         bf16=nemo["precision"] == "bf16-mixed", fp16=nemo["precision"] == "16-mixed", **keys,
     )  # fmt: skip
     assert cfg.tensor_model_parallel_size == case.plan.tp
+    assert cfg.sequence_parallel == (case.plan.tp > 1)  # megatron-core refuses it without tensor parallelism
     assert cfg.virtual_pipeline_model_parallel_size == nemo["strategy"].get("virtual_pipeline_model_parallel_size")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.inputs.schema import Framework, OptimizerName, Scenario
+from optimizer.inputs.schema import Checkpointing, Framework, OptimizerName, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.axolotl_cfg import axolotl_command, axolotl_notes
 from optimizer.launch.exporters import file_exports
@@ -25,6 +25,13 @@ ZERO3_LOADING = (
     "build TrainingArguments(deepspeed='ds_config.json') before from_pretrained: transformers then loads the model "
     "already partitioned (deepspeed.zero.Init) instead of whole on every rank (transformers "
     "integrations/deepspeed.py is_deepspeed_zero3_enabled)"
+)
+
+HF_SELECTIVE = (
+    "transformers, LLaMA-Factory and Axolotl recompute whole layers (activation_checkpointing): this selective plan "
+    "is priced as PyTorch per-op selective checkpointing (torchtitan's policy: every other matmul recomputed), "
+    "which these files cannot ask for; they set full recomputation, which needs less memory and more time "
+    "(leave checkpointing unpinned for a plan the files launch as priced)"
 )
 
 
@@ -47,6 +54,8 @@ def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[di
             notes.append("FSDP + QLoRA with paged_adamw_8bit fails when saving a checkpoint (peft accelerate/fsdp.md)")
     elif uses_deepspeed(scenario, plan) and plan.zero_stage == 3:
         notes.append(ZERO3_LOADING)
+    if plan.checkpointing is Checkpointing.selective:
+        notes.append(HF_SELECTIVE)
     lf = llamafactory_settings(scenario, plan, cards_per_node, fsdp)
     settings["llamafactory"] = {"environment": lf["environment"], "command": lf["command"]}
     settings["axolotl"] = {"command": axolotl_command(plan, cards_per_node)}

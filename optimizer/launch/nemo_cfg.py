@@ -118,6 +118,8 @@ def nemo_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[
     """NeMo 2 settings (strategy, model, DDP, optimizer, data, precision, LoRA), the command and notes."""
     notes: list[str] = []
     strategy: dict[str, Any] = {"tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp}
+    if plan.tp > 1:  # the memory model divides every activation by t (sequence parallelism); NeMo's default is off
+        strategy["sequence_parallel"] = True
     if plan.pp > 1:
         dtype = strategy["pipeline_dtype"] = PIPELINE_DTYPE[plan.precision]
         notes.append(f"pipeline_dtype is the name of a torch dtype: pass torch.{dtype}")

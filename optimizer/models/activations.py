@@ -70,14 +70,27 @@ def activation_bytes_per_token_layer(job: Job, cfg: Configs, consts: Mapping[str
     kind = consts["activation_kernels"]["compiled" if job.compile else job.framework.value]
     c = consts["activation"][kind]
     fr = c["frozen"]
-    per = fr["h"] * h + fr["h_kv"] * kv + fr["intermediate"] * inter + 4.0 * a.heads
+    per = fr["h"] * h + fr["h_kv"] * kv + fr["intermediate"] * inter
     if job.method is Method.full:
         per += c["trainable_extra"]["h"] * h + c["trainable_extra"]["intermediate"] * inter
     else:
         per += _lora_saved_inputs(job) + kbit_saved_inputs(job, consts)
+    return per / cfg.tp.astype(np.float64) + attention_core_bytes_per_token_layer(job, cfg, consts)
+
+
+def attention_core_bytes_per_token_layer(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """What the attention core alone saves for backward, per token and layer (bytes, float (n,)).
+
+    The fp32 log-sum-exp per head of flash/SDPA attention, 4a, plus for eager attention the s x s scores, 6 a s;
+    divided by t. Its inputs (q, k, v after RoPE) and its output (the o projection's input) are counted with the
+    layer (:func:`activation_bytes_per_token_layer`): Megatron-Core's selective checkpointing of the core
+    (``recompute_granularity: selective``, module core_attn) saves the inputs and drops only this.
+    """
+    a = job.arch
+    core = 4.0 * a.heads
     if job.attention is Attention.eager:
-        per += float(consts["eager_scores_bytes_per_head_token"]) * a.heads * job.seq_len
-    return per / cfg.tp.astype(np.float64)
+        core += float(consts["eager_scores_bytes_per_head_token"]) * a.heads * job.seq_len
+    return np.full(len(cfg), core) / cfg.tp.astype(np.float64)
 
 
 _INPUT_GROUPS = (  # the block Linears that share one input tensor: (names, input width key)
@@ -135,9 +148,14 @@ def activation_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.nd
     """Activations held at the start of the backward pass for one micro-batch of T = s b tokens (bytes, (n,)).
 
     none: T x L_loc x c_layer. full checkpointing: T x (2h/t x L_loc + c_layer), the 16-bit layer inputs plus one
-    layer being recomputed (Korthikanti section 4.1; formulas.md section 4.4). selective: T x (f x c_layer x L_loc
-    + (1 - f) x c_layer), keeping a fraction f = ``selective_keep_fraction`` of each layer (torchtitan's per-op
-    policy saves the attention outputs and every other matmul output) and recomputing the rest of one layer.
+    layer being recomputed (Korthikanti section 4.1; formulas.md section 4.4). selective, by what the engine
+    recomputes (``job.selective_recompute``, calibration timing ``selective_recompute``): every_other_matmul
+    (PyTorch per-op selective as torchtitan applies it, the hf engine): T x (f x c_layer x L_loc + (1 - f) x
+    c_layer), keeping a fraction f = ``selective_keep_fraction`` of each layer (the attention outputs and every
+    other matmul output) and recomputing the rest of one layer; attention_core (Megatron-Core's selective, nemo):
+    T x ((c_layer - c_core) x L_loc + c_core), every layer's tensors but its attention core's
+    (:func:`attention_core_bytes_per_token_layer`: with flash attention only the log-sum-exp, so nearly none's
+    figure; with eager attention the s x s scores, Korthikanti's 5as).
     With 1F1B pipelining the first stage holds min(p, GA) micro-batches of L/p layers (Narayanan et al. 2021); the
     interleaved schedule with v chunks per stage (optimizer/models/pipeline.py) holds 1 + (p - 1) / (p v) times
     that (Korthikanti et al. 2022, arXiv 2205.05198, section 4.2.3).
@@ -156,7 +174,11 @@ def activation_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.nd
     frac = float(consts["selective_keep_fraction"])
     none = tokens * layers_local * per_layer
     full = tokens * (keep_input * layers_local + per_layer)
-    sel = tokens * (frac * per_layer * layers_local + (1.0 - frac) * per_layer)
+    if job.selective_recompute == "attention_core":
+        core = attention_core_bytes_per_token_layer(job, cfg, consts)
+        sel = tokens * ((per_layer - core) * layers_local + core)
+    else:
+        sel = tokens * (frac * per_layer * layers_local + (1.0 - frac) * per_layer)
     if job.activation_offload:
         return _i64(np.broadcast_to(tokens * per_layer, (len(cfg),)))
     return _i64(np.select([cfg.checkpointing == _CK_NONE, cfg.checkpointing == _CK_SEL], [none, sel], full))

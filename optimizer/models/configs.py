@@ -55,6 +55,9 @@ class Job:
     quant_kernel: str | None = None  # k-bit base's Linear library (None: engine default)
     optimizer_kernel: str = "fused"  # AdamW's GPU step: fused | foreach (training.optimizer_kernel)
     pipeline_chunks: int = 1  # most interleaved chunks per pipeline stage the engine launches (models/pipeline.py)
+    # what the engine's selective checkpointing recomputes: every_other_matmul | attention_core (calibration timing
+    # selective_recompute); the time model prices it, the memory model keeps the rest
+    selective_recompute: str = "every_other_matmul"
 
     @property
     def steps(self) -> int:

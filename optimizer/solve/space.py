@@ -148,7 +148,8 @@ def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any]) -> J
     """The scenario's fixed quantities (architecture, method, software, sequence, batch, data).
 
     From ``calibration`` (catalogs/calibration.yaml) the engine's facts that every model reads: the most
-    interleaved pipeline chunks it launches (``frameworks.pipeline_chunks``, or the pinned ``plan.virtual_pipeline``).
+    interleaved pipeline chunks it launches (``frameworks.pipeline_chunks``, or the pinned ``plan.virtual_pipeline``),
+    and what its selective checkpointing recomputes (``timing.selective_recompute``).
     """
     t = scenario.training
     chunks = engine_chunks(scenario, calibration)
@@ -173,6 +174,8 @@ def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any]) -> J
         quant_kernel=None if t.quant_kernel is None else t.quant_kernel.value,
         optimizer_kernel=t.optimizer_kernel.value,
         pipeline_chunks=int(chunks),
+        selective_recompute=str(calibration["timing"].get("selective_recompute", {}).get(t.framework.value,
+                                                                                       "attention_core")),
     )
 
 

@@ -74,7 +74,7 @@ def job_of(scenario: Scenario, arch: ModelArch, calibration: dict[str, Any]) -> 
     """The scenario's fixed quantities; base weights 16-bit for full and LoRA, 4-bit for QLoRA unless given.
 
     The most interleaved pipeline chunks: the pinned ``plan.virtual_pipeline``, else the engine's calibration
-    ``frameworks.pipeline_chunks``.
+    ``frameworks.pipeline_chunks``; what selective checkpointing recomputes: ``timing.selective_recompute``.
     """
     t = scenario.training
     pinned = scenario.plan.virtual_pipeline
@@ -87,7 +87,9 @@ def job_of(scenario: Scenario, arch: ModelArch, calibration: dict[str, Any]) -> 
                optimizer_in_backward=t.optimizer_in_backward, pipeline_chunks=int(chunks),
                reduce_every_micro_batch=t.reduce_every_micro_batch, loss_parallel=t.loss_parallel,
                quant_kernel=None if t.quant_kernel is None else t.quant_kernel.value,
-               optimizer_kernel=t.optimizer_kernel.value)  # fmt: skip
+               optimizer_kernel=t.optimizer_kernel.value,
+               selective_recompute=calibration["timing"]["selective_recompute"].get(t.framework.value,
+                                                                                     "attention_core"))  # fmt: skip
 
 
 def config_of(plan: Plan) -> Configs:
