@@ -364,6 +364,9 @@ MUTATIONS: list[Mutation] = [
     _m("nemo-sequence-parallel-dropped", "launch", "optimizer/launch/nemo_cfg.py",
        r'strategy\["sequence_parallel"\] = True', "pass", ["tests/test_launch.py"],
        "a NeMo tp plan launched without sequence parallelism, which the memory model assumes"),
+    _m("space-unstated-nvlink-as-nvlink", "solver", SPACE, r'link\["nvlink"\] if of\.nvlink else 0\.0',
+       'link["nvlink"] if of.nvlink is not False else 0.0', ["tests/test_offers_hosts.py"],
+       "an offer that does not say SXM or PCIe priced on NVLink (AutoDL's A100s: a third of the hours on PCIe)"),
     # ---- launch values of the newer engines
     _m("launch-torchtune-rank-is-alpha", "launch", LAUNCH_FILES, r'block\["lora_rank"\] = spec\.rank',
        'block["lora_rank"] = spec.alpha', ENGINE_TESTS, "torchtune lora_rank set to the LoRA alpha"),

@@ -152,3 +152,16 @@ def test_cli_import_reports_offers_and_skipped_rows(aws_csv, tmp_path, run_cli):
     assert result.exit_code == 0, result.stderr
     assert result.stdout.startswith(f"ok: 3 offers written to {out}; 2 rows skipped")
     assert run_cli("catalog", "validate", out).exit_code == 0
+
+
+def test_pcie_boards_have_no_nvlink_domain(tmp_path):
+    """RunPod's A100-80GB rows are "A100 PCIe" in GpuInfo: bridged pairs at most, so the offer is not an NVLink box
+    (an NVLink A100 plan priced its ZeRO-3 collectives at 300 GB/s where the pods have PCIe)."""
+    csv = tmp_path / "runpod.csv"
+    csv.write_text("InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Region,SpotPrice,Price,GpuInfo\n"
+                   f"2x_A100-80GB_SECURE,A100-80GB,2.0,16.0,234.0,US,2.78,2.78,{gpu_info('A100 PCIe', 2, 80)}\n"
+                   f"2x_H100-SXM_SECURE,H100-SXM,2.0,16.0,234.0,US,5.0,5.0,{gpu_info('H100 SXM', 2, 80)}\n")
+    out = tmp_path / "runpod.yaml"
+    import_file([csv], out, "runpod", as_of=date(2026, 12, 1))
+    nvlink = {o["gpu"]: o["nvlink"] for o in _offers(out).values()}
+    assert nvlink == {"A100-80G": False, "H100-SXM": True}

@@ -294,3 +294,22 @@ def test_an_owned_machine_without_stated_ram_gets_the_default_rule(tmp_path):
     assert _owned_runs(tmp_path) == []
     runs = _owned_runs(tmp_path, host_ram_gib=256)  # stated: the owned card runs it, offloading
     assert runs and all(off > 32 * 2**30 for _, off in runs)
+
+
+def _a100_zero3(tmp_path: Path, nvlink: bool | None) -> Any:
+    o = offer(f"a100-nvlink-{nvlink}".lower(), "A100-80G", 1.0, nvlink=nvlink)
+    doc = scenario_doc(model="Qwen2.5-14B", method="full", seq_len=2048, global_batch=64, lora=None,
+                       catalog=str(write_offers(tmp_path, [o], f"{nvlink}.yaml")))  # fmt: skip
+    path = write(tmp_path, doc, f"{nvlink}.scenario.yaml")
+    pins = {"gpu": "A100-80G", "cards": 8, "zero_stage": 3, "offload": "none", "micro_batch": 1,
+            "checkpointing": "full"}  # fmt: skip
+    return estimate_scenario(path, pins)
+
+
+def test_an_offer_that_does_not_say_sxm_or_pcie_is_planned_as_pcie_and_listed_to_confirm(tmp_path):
+    """nvlink: null (the source does not say): the collectives are priced as on PCIe boards, never on an NVLink the
+    rented machine may not have, and the plan asks the provider (AutoDL's A100s: 3x the hours on PCIe)."""
+    unknown, pcie, sxm = (_a100_zero3(tmp_path, v) for v in (None, False, True))
+    assert unknown.time.step_seconds == pcie.time.step_seconds > sxm.time.step_seconds
+    assert any(r.startswith("NVLink: confirm") for r in unknown.requirements)
+    assert not any(r.startswith("NVLink") for r in pcie.requirements + sxm.requirements)

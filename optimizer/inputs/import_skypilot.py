@@ -107,6 +107,21 @@ def gpu_memory_mib(row: dict[str, str], rules: dict[str, Any]) -> float | None:
     return size / count if rules.get("gpuinfo_total") else size
 
 
+def pcie_card(row: dict[str, str], instance: str) -> bool:
+    """Whether the row's cards are PCIe boards: the instance name or GpuInfo's card name says PCIe.
+
+    RunPod's ``A100-80GB`` rows are "A100 PCIe" in GpuInfo (their SXM rows are named ``A100-80GB-SXM``): PCIe boards
+    link at most in bridged pairs, so the offer has no NVLink domain (gpus.yaml A100-80G notes).
+    """
+    if "pcie" in instance.lower():
+        return True
+    try:
+        info = ast.literal_eval(row.get("GpuInfo") or "")
+        return "pcie" in str(info["Gpus"][0]["Name"]).lower()
+    except (ValueError, SyntaxError, KeyError, IndexError, TypeError):
+        return False
+
+
 def map_gpu(name: str, instance: str, gpus: dict[str, Gpu]) -> Gpu | None:
     """The gpus.yaml entry whose ``skypilot_names`` holds ``name``; a PCIe instance of an SXM name -> the PCIe id."""
     found = next((g for g in gpus.values() if name in g.skypilot_names), None)
@@ -160,7 +175,7 @@ def _offer(key: tuple[str, str], group: list[dict[str, str]], gpu: Gpu, cloud: s
         "cards_per_node": count,
         **({"sold_as": "instance", "cards_per_instance": count} if count > 1 else {}),  # SkyPilot rents whole VMs
         "max_nodes": 1,
-        "nvlink": gpu.nvlink_domain >= 4 and gpu.nvlink_gb_per_s > 0,
+        "nvlink": gpu.nvlink_domain >= 4 and gpu.nvlink_gb_per_s > 0 and not pcie_card(row, instance),
         "hour_increment_s": int(rules.get("hour_increment_s", 3600)),
         "prices": {"hour": {"amount": round(price / count, 6), "source": f"{where}: Price {price:g} USD/h for "
                             f"{count} GPUs", "as_of": as_of}},  # fmt: skip

@@ -148,7 +148,10 @@ class Offer(Strict):
     )
     max_nodes: Int = Field(1, ge=1, le=10_000)
     inter_node_gb_per_s: Float | None = Field(None, gt=0, allow_inf_nan=False)
-    nvlink: bool = True
+    nvlink: bool | None = Field(
+        True, description="the GPU's usual NVLink between a node's cards; false: PCIe boards or hosts without bridges; "
+        "null: not stated by the source, planned as false and listed to confirm",
+    )
     hour_increment_s: Int = Field(3600, ge=1, le=3600)
     prices: dict[Term, Price] = Field(min_length=1)
     host: Host | None = Field(None, description="host RAM, vCPUs, disk, network per node; None = not stated")

@@ -95,6 +95,8 @@ def _nvlink_text(entry: Offer, catalog: Catalog | None) -> str:
     gpu = catalog.gpus.get(entry.gpu) if catalog is not None else None
     if gpu is not None and gpu.nvlink_gb_per_s <= 0:
         return f"no ({gpu.id} has no NVLink; cards talk over PCIe)"
+    if entry.nvlink is None:
+        return "not stated by the source (SXM or PCIe); planned as PCIe"
     if not entry.nvlink:
         return "no (the offer's cards are not bridged; PCIe)"
     if gpu is None:
@@ -108,7 +110,7 @@ def print_entry(entry: Gpu | Offer, console: Console, catalog: Catalog | None = 
     console.print(f"[bold]{doc.pop('kind')} {escape(doc['id'])}[/bold]")
     prices = doc.pop("prices", None)
     for key, value in doc.items():
-        if value is not None and value != []:
+        if (value is not None or key == "nvlink") and value != []:
             shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
             if key == "nvlink" and isinstance(entry, Offer):
                 shown = _nvlink_text(entry, catalog)

@@ -53,6 +53,15 @@ def p2p_line(gpu: Gpu, offer: Offer, ranks: int) -> str | None:
             f"the plan assumed {planned} P2P ({gpu.id} default); the other case changes collective time")  # fmt: skip
 
 
+def nvlink_line(gpu: Gpu, offer: Offer, ranks: int) -> str | None:
+    """NVLink: a line when several cards share a node and the offer does not say whether they are linked (null)."""
+    if ranks < 2 or offer.nvlink is not None or gpu.nvlink_gb_per_s <= 0:
+        return None
+    return (f"NVLink: confirm whether the cards of {offer.id} are SXM boards on NVLink or PCIe cards (nvidia-smi "
+            f"topo -m shows NV# between them); the offer does not say, so the plan assumed PCIe; on NVLink its "
+            f"collectives are faster: set nvlink: true on the offer and re-plan")  # fmt: skip
+
+
 def disk_line(offer: Offer, need: float, kept: int) -> str:
     """Local disk per node: always a line (size needed, and what the offer states)."""
     stated = offer.host.local_disk_gb if offer.host else None
@@ -101,6 +110,7 @@ def for_row(space: Any, i: int) -> list[str]:
                       "parameters and optimizer states" if int(c.cfg.offload[i]) == OFFLOAD.index(Offload.all)
                       else "optimizer states"),  # fmt: skip
         usable_memory_line(gpu, offer, int(c.hw.capacity_bytes[i])),
+        nvlink_line(gpu, offer, int(ranks[0])),
         p2p_line(gpu, offer, int(ranks[0])),
         disk_line(offer, disk_need, int(cal["checkpoints_kept"])),
     ]
