@@ -169,3 +169,15 @@ def test_the_deadline_an_explanation_lists_for_a_spot_plan_includes_its_slow_end
     assert need >= spot.spot.hours_high - 0.01
     assert solve_scenario(path, Overrides(deadline_hours=need)).best.status.value == "optimal"
     assert solve_scenario(path, Overrides(deadline_hours=need - 0.02)).best.status.value == "infeasible"
+
+
+def test_a_spot_plan_quotes_the_spot_price_it_is_billed_at(tmp_path):
+    """The offer block and the Rent line give the price the bill uses: on spot, the spot price and its source, not
+    the on-demand list (which quoted 2.00 beside a bill at 0.60)."""
+    from optimizer.report.plan import offer_lines
+
+    best = solve_scenario(_scenario(tmp_path, _spot_offer(0.6, (10.0, 40.0)))).best
+    assert best.plan.capacity == "spot"  # type: ignore[union-attr]
+    assert {t: p.amount for t, p in best.offer.prices.items()} == {"hour": 0.6}  # type: ignore[union-attr]
+    assert "0.6 USD per card-hour on spot capacity" in offer_lines(best)[0]
+    assert best.cost.total == pytest.approx(best.plan.billed_units["hour"] * 0.6)  # type: ignore[union-attr]

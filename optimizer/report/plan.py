@@ -198,7 +198,8 @@ def offer_lines(est: Estimate) -> list[str]:
     o = est.offer
     if o is None:
         return []
-    prices = "; ".join(f"{p.amount:g} {o.currency} per card-{term} (source: {p.source}; as of {p.as_of})"
+    spot = " on spot capacity" if est.spot is not None else ""
+    prices = "; ".join(f"{p.amount:g} {o.currency} per card-{term}{spot} (source: {p.source}; as of {p.as_of})"
                        for term, p in o.prices.items())  # fmt: skip
     lines = [f"Rent: {escape(o.id)} from {escape(o.provider)}: {escape(prices)}"]
     if o.notes:

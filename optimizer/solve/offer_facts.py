@@ -17,6 +17,9 @@ MIB = 2**20
 def offer_report(space: Any, i: int, billed_units: dict[str, int]) -> OfferReport:
     """Candidate ``i``'s offer as the catalog states it: provider, the source of each price billed, and the machine.
 
+    The prices are those the bill uses: on spot capacity the offer's spot price (its source and date), not the
+    on-demand list.
+
     Host RAM for the plan's cards in a node, vCPUs, disk, usable memory per card (the offer's or the GPU's figure;
     null when only the nominal size is known), P2P as the offer states it, and the host facts' source.
     """
@@ -30,11 +33,12 @@ def offer_report(space: Any, i: int, billed_units: dict[str, int]) -> OfferRepor
     disk = float(hosts.local_disk_bytes(space.offers, idx)[0])
     usable = offer.usable_memory_mib if offer.usable_memory_mib is not None else gpu.usable_memory_mib
     host = offer.host
+    billed = hosts.spot_offer(offer) if int(c.capacity[i]) == hosts.SPOT else offer  # the price the bill uses
     return OfferReport(
         id=offer.id,
         provider=offer.provider,
         currency=offer.currency,
-        prices=price_basis(offer, billed_units),
+        prices=price_basis(billed, billed_units),
         notes=offer.notes,
         sold_as=offer.sold_as,
         cards_per_instance=offer.cards_per_instance,
