@@ -372,6 +372,9 @@ MUTATIONS: list[Mutation] = [
     _m("requirements-unstated-nvlink-silent", "solver", "optimizer/solve/requirements.py",
        r"if ranks < 2 or offer\.nvlink is not None", "if True", ["tests/test_offers_hosts.py"],
        "a plan on an offer that does not say SXM or PCIe never asks the provider"),
+    _m("planner-pins-allow-unchecked", "solver", "optimizer/solve/planner.py",
+       r"    problem = pins_outside_allow\(sc, catalog, source, gpus\)\n", "    problem = None\n",
+       ["tests/test_pins_allow.py"], "a pinned spot capacity runs on spot although allow.spot is off"),
     # ---- launch values of the newer engines
     _m("launch-torchtune-rank-is-alpha", "launch", LAUNCH_FILES, r'block\["lora_rank"\] = spec\.rank',
        'block["lora_rank"] = spec.alpha', ENGINE_TESTS, "torchtune lora_rank set to the LoRA alpha"),

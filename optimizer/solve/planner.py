@@ -23,7 +23,7 @@ from optimizer.inputs.catalog import (
     resolve_offer_file,
     scenario_offer_files,
 )
-from optimizer.inputs.errors import InputError, SolverLimitError
+from optimizer.inputs.errors import InputError, SolverLimitError, did_you_mean
 from optimizer.inputs.schema import Budget, Objective, PlanPins, Scenario, Status
 from optimizer.inputs.schema_plan import CalibrationUse, CostReport, Estimate, MemoryReport, Plan, RiskUse, TimeReport
 from optimizer.inputs.yamlio import validate, validate_value
@@ -118,10 +118,47 @@ def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scena
 
 
 def canonical_allow(sc: Scenario, catalog: Catalog, source: str) -> list[str] | None:
-    """Allow-listed GPU names as canonical ids (unknown names are errors)."""
-    if sc.allow.gpus is None:
-        return None
-    return [catalog.gpu_id(g, source, f"allow.gpus[{i}]") for i, g in enumerate(sc.allow.gpus)]
+    """Allow-listed GPU names as canonical ids (unknown names are errors); the pins checked against the allow-lists.
+
+    Unknown provider names and pins that contradict an allow-list (a pinned GPU, offer or capacity the lists
+    exclude, more cards or nodes than they allow) are one-line input errors (:func:`pins_outside_allow`), not an
+    infeasible answer: the scenario contradicts itself whatever the catalog holds.
+    """
+    gpus = None
+    if sc.allow.gpus is not None:
+        gpus = [catalog.gpu_id(g, source, f"allow.gpus[{i}]") for i, g in enumerate(sc.allow.gpus)]
+    problem = pins_outside_allow(sc, catalog, source, gpus)
+    if problem is not None:
+        raise InputError(source, *problem)
+    return gpus
+
+
+def pins_outside_allow(sc: Scenario, catalog: Catalog, source: str,
+                       gpus: list[str] | None) -> tuple[str, str] | None:  # fmt: skip
+    """(field, problem) for the first allow-list entry the catalog lacks or pin an allow-list excludes, else None."""
+    allow, pins = sc.allow, sc.plan
+    known = sorted({o.provider for o in catalog.offers}, key=str.lower)
+    for i, name in enumerate(allow.providers or []):
+        if name.lower() not in {p.lower() for p in known}:
+            return (f"allow.providers[{i}]", f"no offer in the catalog is from '{name}'{did_you_mean(name, known)}; "
+                    f"providers: {', '.join(known)}")  # fmt: skip
+    if pins.gpu is not None and gpus is not None:
+        gpu = catalog.gpu_id(pins.gpu, source, "plan.gpu")
+        if gpu not in gpus:
+            return ("plan.gpu", f"{gpu} is not in allow.gpus ({', '.join(gpus)}): allowed: one of them, or add "
+                    f"{gpu} to allow.gpus")  # fmt: skip
+    offer = next((o for o in catalog.offers if pins.offer is not None and o.id == pins.offer.lower()), None)
+    if offer is not None and allow.providers and offer.provider.lower() not in {p.lower() for p in allow.providers}:
+        return ("plan.offer", f"{offer.id} is from {offer.provider}, which allow.providers leaves out: allowed: an "
+                f"offer of {', '.join(allow.providers)}, or add {offer.provider} to allow.providers")  # fmt: skip
+    for pin, cap, what in ((pins.cards, allow.max_cards, "cards"), (pins.nodes, allow.max_nodes, "nodes")):
+        if pin is not None and cap is not None and pin > cap:
+            return (f"plan.{what}", f"{pin} is more than allow.max_{what} {cap}: allowed: at most {cap}, or raise "
+                    f"allow.max_{what}")  # fmt: skip
+    if pins.capacity == "spot" and not allow.spot:
+        return ("plan.capacity", "spot needs allow.spot: true (spot capacity can be interrupted): allowed: "
+                "on_demand, or set allow.spot: true")  # fmt: skip
+    return None
 
 
 def to_estimate(space: Space, i: int, status: Status) -> Estimate:

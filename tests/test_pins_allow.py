@@ -1,0 +1,33 @@
+"""A scenario that contradicts itself is an input error, not an infeasible answer: allow-list entries the catalog
+lacks, and pins that an allow-list excludes (optimizer/solve/planner.py ``pins_outside_allow``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import scenario_doc
+
+
+@pytest.mark.parametrize("changes,field,says", [
+    ({"allow": {"providers": ["NoSuch"]}}, "allow.providers[0]", "no offer in the catalog is from 'NoSuch'"),
+    ({"allow": {"gpus": ["A100-80G"]}, "plan": {"gpu": "H100-SXM"}}, "plan.gpu", "not in allow.gpus"),
+    ({"allow": {"max_cards": 2}, "plan": {"cards": 8}}, "plan.cards", "more than allow.max_cards 2"),
+    ({"allow": {"max_nodes": 1}, "plan": {"nodes": 2}}, "plan.nodes", "more than allow.max_nodes 1"),
+    ({"plan": {"capacity": "spot"}}, "plan.capacity", "spot needs allow.spot: true"),
+    ({"allow": {"providers": ["RunPod"]}, "plan": {"offer": "aws-p5-h100"}}, "plan.offer", "allow.providers leaves"),
+])  # fmt: skip
+def test_a_pin_an_allow_list_excludes_is_a_one_line_input_error(write_scenario, run_cli, changes, field, says):
+    """Before, each of these solved to "infeasible" (exit 1), a pinned spot capacity even ran on spot although
+    allow.spot is off by default, and an unknown provider's name was never questioned."""
+    path = write_scenario(**changes)
+    done = run_cli("solve", path)
+    assert done.exit_code == 2, done.output
+    assert f": {field}: " in done.stderr and says in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_pins_inside_the_allow_lists_still_solve(write_scenario, run_cli):
+    doc = scenario_doc(allow={"gpus": ["H100-SXM"], "providers": ["aws"], "max_cards": 8, "spot": True},
+                       plan={"gpu": "H100-SXM", "cards": 8})  # fmt: skip
+    done = run_cli("solve", write_scenario(**{k: doc[k] for k in ("allow", "plan")}))
+    assert done.exit_code in (0, 1), done.output
