@@ -31,3 +31,22 @@ def test_pins_inside_the_allow_lists_still_solve(write_scenario, run_cli):
                        plan={"gpu": "H100-SXM", "cards": 8})  # fmt: skip
     done = run_cli("solve", write_scenario(**{k: doc[k] for k in ("allow", "plan")}))
     assert done.exit_code in (0, 1), done.output
+
+
+@pytest.mark.parametrize("method,bits,says", [
+    ("full", 4, "full fine-tuning trains the 16-bit weights"),
+    ("qlora", 16, "qlora quantises the frozen base"),
+])  # fmt: skip
+def test_base_bits_that_contradict_the_method_are_refused(write_scenario, run_cli, method, bits, says):
+    """qlora with a 16-bit base was solved as "qlora" and launched as plain LoRA; full fine-tuning ignored a 4-bit
+    base."""
+    training = {"framework": "hf", "base_bits": bits}
+    path = write_scenario(method=method, training=training, **({"lora": None} if method == "full" else {}))
+    done = run_cli("solve", path)
+    assert done.exit_code == 2 and ": training.base_bits: " in done.stderr and says in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_lora_over_an_8_bit_base_stays_allowed(write_scenario, run_cli):
+    done = run_cli("solve", write_scenario(training={"framework": "hf", "base_bits": 8}))
+    assert done.exit_code in (0, 1), done.output

@@ -17,7 +17,7 @@ from typing import Any
 
 from optimizer.inputs.errors import InputError, did_you_mean
 from optimizer.inputs.inputfile import read_json
-from optimizer.inputs.schema import HfConfigRef, ModelArch, Scenario
+from optimizer.inputs.schema import HfConfigRef, Method, ModelArch, Scenario
 from optimizer.inputs.schema_catalog import Accuracy, FxFile, FxRate, Gpu, GpuFile, ModelFile, Offer, OfferFile
 from optimizer.inputs.yamlio import read_file_bytes, read_yaml, validate
 
@@ -214,9 +214,29 @@ def scenario_offer_files(scenario: Scenario, scenario_path: str | Path | None) -
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file; the name defaults to the file's stem."""
     scenario = validate(Scenario, read_yaml(path), str(path))
+    problem = method_bits_problem(scenario)
+    if problem is not None:
+        raise InputError(str(path), "training.base_bits", problem)
     if scenario.name is None:
         scenario = scenario.model_copy(update={"name": Path(path).stem})
     return scenario
+
+
+def method_bits_problem(scenario: Scenario) -> str | None:
+    """What contradicts ``method`` in ``training.base_bits``, else None.
+
+    Full fine-tuning trains the 16-bit weights themselves (a k-bit base is frozen by definition); QLoRA is LoRA over
+    a quantised base (4 or 8 bits). LoRA over an 8- or 4-bit base is allowed (bitsandbytes load_in_8bit/4bit).
+    """
+    bits = scenario.training.base_bits
+    if bits is None:
+        return None
+    if scenario.method is Method.full and bits != 16:
+        return (f"{bits}-bit: full fine-tuning trains the 16-bit weights themselves: allowed: 16 or leave it out "
+                "(method: qlora trains adapters over a quantised base)")  # fmt: skip
+    if scenario.method is Method.qlora and bits == 16:
+        return "16-bit: qlora quantises the frozen base: allowed: 4 or 8 (method: lora trains over a 16-bit base)"
+    return None
 
 
 # config.json model_type values whose decoder blocks are the Llama-style shape ModelArch describes (q/k/v/o

@@ -505,7 +505,9 @@ class Training(Strict):
         Loss.auto,
         description="cross-entropy implementation; auto takes the framework default (sizes the logits buffer)",
     )
-    base_bits: Literal[16, 8, 4] | None = Field(None, description="frozen base bits; default 16 (lora), 4 (qlora)")
+    base_bits: Literal[16, 8, 4] | None = Field(
+        None, description="frozen base bits; default 16 (lora), 4 (qlora); qlora takes 4 or 8, full only 16"
+    )
     quant_kernel: QuantKernel | None = Field(
         None,
         description="library of the k-bit base's Linear: bitsandbytes_legacy (before 0.43.2) saves each quantised "
