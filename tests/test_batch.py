@@ -28,7 +28,7 @@ def folder(tmp_path: Path, write_scenario) -> Path:
     shutil.copy(SCENARIOS / "7b-qlora.yaml", tmp_path / "a-7b-qlora.yaml")
     shutil.copy(seventy_b(), tmp_path / "b-70b.yaml")
     write_scenario("c-base.yaml")
-    write_scenario("d-tight.yaml", budget={"amount": 0.5, "currency": "USD"})
+    write_scenario("d-tight.yaml", budget={"amount": 0.05, "currency": "USD"})
     write_scenario("e-unknown-model.yaml", model="Llama-9-1T")
     (tmp_path / "f-not-yaml.yaml").write_text("model: [unclosed\n")
     return tmp_path

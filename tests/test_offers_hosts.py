@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -245,7 +246,10 @@ def test_plan_json_carries_offer_capacity_interruptions_requirements_and_checkli
     doc = result.best.model_dump(mode="json")
     assert set(doc["offer"]) >= {"id", "provider", "host_ram_bytes", "vcpus", "local_disk_bytes",
                                  "usable_bytes_per_card", "p2p", "source"}  # fmt: skip
-    assert doc["plan"]["capacity"] == "on_demand" and doc["time"]["interruption_hours"] == 0.0
+    t = doc["time"]  # on demand: the expected hardware failures cost little, and the parts add up to the hours
+    assert doc["plan"]["capacity"] == "on_demand" and 0.0 < t["interruption_hours"] < 0.01 * t["hours"]
+    parts = t["train_hours"] + t["checkpoint_hours"] + t["startup_hours"] + t["interruption_hours"]
+    assert parts == pytest.approx(t["hours"], abs=1e-5) and t["checkpoint_saves"] >= 1
     assert all(isinstance(r, str) and "\n" not in r for r in doc["requirements"])
     checks = {c["check"] for c in doc["checklist"]}
     assert {"GPU memory per card", "host-to-device bandwidth", "device-to-device bandwidth",
@@ -313,3 +317,36 @@ def test_an_offer_that_does_not_say_sxm_or_pcie_is_planned_as_pcie_and_listed_to
     assert unknown.time.step_seconds == pcie.time.step_seconds > sxm.time.step_seconds
     assert any(r.startswith("NVLink: confirm") for r in unknown.requirements)
     assert not any(r.startswith("NVLink") for r in pcie.requirements + sxm.requirements)
+
+
+def test_on_demand_checkpoints_at_the_young_daly_interval_for_hardware_failures(tmp_path, catalog):
+    """Without training.checkpoint_every_hours the interval is sqrt(2 x save x M), M = 50,676 GPU-hours (Llama 3's
+    unexpected interruptions) / cards: 70B full fine-tuning on 8 H100s saves its 988 GB once, at the end, instead of
+    every 2 h (17 saves, 10 h of the README's 44.4 h job)."""
+    est = solve_scenario(REPO / "scenarios" / "70b.yaml").best
+    t = est.time
+    assert t is not None and est.plan is not None
+    save_h = t.checkpoint_hours / t.checkpoint_saves
+    mtbi_h = catalog.calibration["hosts"]["on_demand_gpu_mtbi_hours"] / est.plan.cards
+    assert t.checkpoint_interval_hours == pytest.approx(math.sqrt(2 * save_h * mtbi_h), rel=1e-4)
+    assert t.checkpoint_interval_hours > t.train_hours and t.checkpoint_saves == 1
+    restart_h = t.startup_hours + save_h
+    assert t.interruption_hours == pytest.approx(t.train_hours / mtbi_h * (restart_h + t.train_hours / 2), rel=1e-4)
+    assert est.plan is not None
+    doc = yaml.safe_load((REPO / "scenarios" / "70b.yaml").read_text())
+    doc["training"] = {**doc["training"], "checkpoint_every_hours": 2}
+    pinned = solve_scenario(write(tmp_path, doc, "70b-2h.yaml")).best.time
+    assert pinned is not None and pinned.checkpoint_interval_hours == 2
+    assert pinned.checkpoint_saves == math.floor(pinned.train_hours / 2) + 1
+
+
+def test_the_launch_files_save_at_the_interval_the_plan_priced():
+    """HF's Trainer saves every 500 steps unless told: the files say save_steps = the plan's interval in steps."""
+    result = solve_scenario(REPO / "scenarios" / "70b.yaml")
+    t, launch = result.best.time, result.launch
+    assert t is not None and launch is not None
+    every = min(t.steps, int(t.checkpoint_interval_hours * 3600 // t.step_seconds))
+    args = launch["training_arguments"]
+    assert args["save_strategy"] == "steps" and args["save_steps"] == every == t.steps
+    assert launch["llamafactory.yaml"]["save_steps"] == every
+    assert any(f"a save every {every} optimizer steps" in n for n in launch["notes"])

@@ -515,7 +515,8 @@ class Training(Strict):
         "default (calibration memory.quant_kernel)",
     )
     checkpoint_every_hours: Float | None = Field(
-        None, gt=0, le=10_000, description="save a checkpoint this often (adds save time); default from calibration"
+        None, gt=0, le=10_000, description="save a checkpoint this often (adds save time); default: the Young/Daly "
+        "interval for the job's hardware failure rate (calibration hosts.on_demand_gpu_mtbi_hours), or spot's"
     )
     compile: bool = Field(
         False, description="torch.compile on the model: fused norms and SwiGLU save fewer activations (formulas.md 4.3)"

@@ -66,6 +66,12 @@ class TimeReport(Strict):
     steps: int
     interruption_hours: float = 0.0
     checkpoint_interval_hours: float | None = None
+    # where the wall clock goes: hours = train_hours + checkpoint_hours + startup_hours + interruption_hours
+    # (null without a calibration hosts section)
+    train_hours: float | None = None
+    checkpoint_saves: int | None = None  # periodic saves plus the final one
+    checkpoint_hours: float | None = None  # all saves together
+    startup_hours: float | None = None
 
 
 class CostReport(Strict):

@@ -12,6 +12,7 @@ from typing import Any
 
 from optimizer.inputs.schema import Checkpointing, Framework, OptimizerName, Scenario
 from optimizer.inputs.schema_plan import Plan
+from optimizer.launch.axolotl_cfg import CONFIG_FILE as AXOLOTL_FILE
 from optimizer.launch.axolotl_cfg import axolotl_command, axolotl_notes
 from optimizer.launch.exporters import file_exports
 from optimizer.launch.fsdp_args import fsdp_plugin
@@ -67,8 +68,16 @@ def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[di
     return settings, notes
 
 
-def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> dict[str, Any]:
-    """Everything needed to start the plan with the scenario's framework, as plain data."""
+def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int,
+                    save_steps: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """Everything needed to start the plan with the scenario's framework, as plain data.
+
+    ``save_steps``: optimizer steps between the checkpoint saves the plan's hours count (time.checkpoint_saves; the
+    interval is the scenario's or the Young/Daly one, models/overheads.py). The HF-style files write it
+    (TrainingArguments save_strategy "steps" and save_steps, LLaMA-Factory and Axolotl save_steps): without it the
+    Trainer saves every 500 steps, which the plan did not price (a 70B checkpoint with its optimizer states is
+    about 1 TB); the other engines get a note.
+    """
     fw = scenario.training.framework
     if fw is Framework.torchtune:
         settings, notes = torchtune_settings(scenario, plan, cards_per_node)
@@ -77,6 +86,20 @@ def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> dict
     else:
         settings, notes = hf_settings(scenario, plan, cards_per_node)
     settings.update(file_exports(scenario, plan))  # the files of their own (exporters.py), shown here too
+    if save_steps is not None:
+        notes.append(save_note(fw, save_steps))
+        for key in ("training_arguments", "llamafactory.yaml", AXOLOTL_FILE):
+            if isinstance(settings.get(key), dict):
+                if key == "training_arguments":
+                    settings[key]["save_strategy"] = "steps"
+                settings[key]["save_steps"] = save_steps
     if notes:
         settings["notes"] = notes
     return settings
+
+
+def save_note(framework: Framework, save_steps: int) -> str:
+    """The checkpoint interval the plan's hours assume, as each engine is told it."""
+    how = {Framework.hf: "save_steps in the files", Framework.torchtune: "torchtune 0.6 saves at each epoch end: "
+           "set a step-level save if your version has one", Framework.nemo: "ModelCheckpoint every_n_train_steps"}
+    return f"checkpoints: the plan's hours count a save every {save_steps} optimizer steps ({how[framework]})"

@@ -163,8 +163,9 @@ def with_overheads(job: Job, cfg: Configs, t: dict[str, np.ndarray], offers: lis
     """timing.job_time's dict with ``hours`` recomputed from the steps plus the offer's overheads (on demand).
 
     Adds ``train_seconds``, ``save_seconds`` (one save), ``startup_seconds``, ``checkpoint_bytes``,
-    ``checkpoint_interval_hours``, ``interruption_hours`` (0) and ``deadline_margin_hours`` (0). Without a
-    calibration ``hosts`` section the timing model's hours are kept.
+    ``checkpoint_saves``, ``checkpoint_interval_hours`` (the scenario's, else Young/Daly for on-demand hardware
+    failures: overheads.py), ``interruption_hours`` (expected time lost to those failures) and
+    ``deadline_margin_hours`` (0). Without a calibration ``hosts`` section the timing model's hours are kept.
     """
     hosts, timing = cal.get("hosts"), cal["timing"]
     out = dict(t)
@@ -180,10 +181,16 @@ def with_overheads(job: Job, cfg: Configs, t: dict[str, np.ndarray], offers: lis
     save = overheads.save_seconds(ckpt, nodes, disk_write_bytes_per_s(offers, offer_idx, hosts))
     start = overheads.startup_seconds(nodes, float(timing["startup_seconds"]),
                                       float(hosts["startup_seconds_per_node_doubling"]))  # fmt: skip
-    every_h = float(job.checkpoint_every_hours or timing["checkpoint_every_hours"])
-    hours = (train + overheads.saves_count(train, every_h) * save + start) / 3600.0
+    mtbi = interruptions.job_mtbi_s(np.full(n, float(hosts["on_demand_gpu_mtbi_hours"])), cfg.cards)
+    if job.checkpoint_every_hours:
+        interval = np.full(n, float(job.checkpoint_every_hours) * 3600.0)
+    else:  # the interval that minimises saves + expected lost work (Young/Daly), as on spot
+        interval = interruptions.young_daly_interval_s(save, mtbi)
+    saves = overheads.saves_count(train, interval / 3600.0)
+    lost = overheads.failure_seconds(train, mtbi, start + save, interval)
+    hours = (train + saves * save + start + lost) / 3600.0
     out.update(hours=hours, train_seconds=train, save_seconds=save, startup_seconds=start, checkpoint_bytes=ckpt,
-               checkpoint_interval_hours=np.full(n, every_h), interruption_hours=np.zeros(n),
+               checkpoint_saves=saves, checkpoint_interval_hours=interval / 3600.0, interruption_hours=lost / 3600.0,
                deadline_margin_hours=np.zeros(n), spot_hours_low=hours, spot_hours_high=hours)  # fmt: skip
     return out
 
@@ -208,8 +215,10 @@ def spot_time(t: dict[str, np.ndarray], nodes: np.ndarray, mtbi_low_h: np.ndarra
     mean = run(2.0 / (1.0 / mtbi_low_h + 1.0 / mtbi_high_h))
     low, high = run(mtbi_low_h), run(mtbi_high_h)
     out = dict(t)
+    busy = t["train_seconds"] + t["startup_seconds"]
+    saves = np.round((mean["total"] - mean["lost"] - busy) / np.maximum(t["save_seconds"], 1e-9))
     out.update(hours=mean["total"] / 3600.0, interruption_hours=mean["lost"] / 3600.0,
-               checkpoint_interval_hours=mean["interval"] / 3600.0,
+               checkpoint_interval_hours=mean["interval"] / 3600.0, checkpoint_saves=np.maximum(saves, 1.0),
                deadline_margin_hours=(low["total"] - mean["total"]) / 3600.0,
                spot_hours_low=high["total"] / 3600.0, spot_hours_high=low["total"] / 3600.0)  # fmt: skip
     return out

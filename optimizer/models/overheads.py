@@ -5,14 +5,18 @@ around the steps (arrays of shape (n,), seconds unless named otherwise):
 
     ckpt   = P_train x B_ckpt                                  # bytes of one resumable checkpoint (whole job)
     save   = ckpt / nodes / disk_write                         # nodes write their shards in parallel
-    saves  = floor(train / 3600 / every_h) + 1                 # periodic saves plus the final one
+    every  = scenario's every_h, else sqrt(2 save M)           # Young/Daly interval for on-demand failures
+    saves  = floor(train / every) + 1                          # periodic saves plus the final one
     start  = startup x 1 + per_doubling x log2(nodes)          # one node's start-up, growing with the node count
-    hours  = (train + saves x save + start) / 3600
+    lost   = train / M x (start + save + min(every, train) / 2)  # expected failures x (restart + half an interval)
+    hours  = (train + saves x save + start + lost) / 3600
 
 B_ckpt per optimizer (calibration ``hosts.checkpoint_bytes_per_param``): 16-bit weights + fp32 master + moments,
 the ZeRO paper's mixed-precision Adam states (arXiv 1910.02054 section 3.1) less the gradients. The disk speeds and
 the start-up growth are stated assumptions in calibration.yaml ``hosts``; the save interval is the scenario's
-``training.checkpoint_every_hours`` or calibration ``timing.checkpoint_every_hours``.
+``training.checkpoint_every_hours``, else the Young/Daly optimum for the job's mean time between hardware failures
+M = ``hosts.on_demand_gpu_mtbi_hours`` x 3600 / cards (Llama 3's unexpected interruptions per GPU-hour on 16,384
+H100s, calibration.yaml), so that a run shorter than the interval saves once, at the end.
 """
 
 from __future__ import annotations
@@ -45,9 +49,19 @@ def startup_seconds(nodes: np.ndarray, base_s: float, per_doubling_s: float) -> 
     return base_s + per_doubling_s * np.log2(np.maximum(nodes, 1).astype(np.float64))
 
 
-def saves_count(train_s: np.ndarray, every_h: float) -> np.ndarray:
+def saves_count(train_s: np.ndarray, every_h: float | np.ndarray) -> np.ndarray:
     """Checkpoint saves of an uninterrupted run, (n,): floor(train hours / every_h) + 1 (the final save)."""
     return np.floor(train_s / 3600.0 / every_h) + 1.0
+
+
+def failure_seconds(train_s: np.ndarray, mtbi_s: np.ndarray, restart_s: np.ndarray,
+                    interval_s: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Expected seconds lost to hardware failures of an on-demand run, (n,).
+
+    train / M failures, each costing a restart (start-up and reading the checkpoint back) and, on average, half of
+    the work since the last save: min(interval, train) / 2.
+    """
+    return train_s / mtbi_s * (restart_s + np.minimum(interval_s, train_s) / 2.0)
 
 
 def disk_need_bytes(job: Job, ckpt_bytes: np.ndarray, nodes: np.ndarray, kept: int) -> np.ndarray:

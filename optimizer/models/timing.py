@@ -382,8 +382,8 @@ def step_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]
 def job_time(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """step_seconds, tokens_per_second, mfu, hfu, hours and pipeline_chunks of each configuration, (n,) each.
 
-    tokens_per_second is the whole job's; hours include load and checkpoint overheads; pipeline_chunks is the
-    interleaved chunks per stage the plan launches with (:func:`pipeline_chunks`).
+    tokens_per_second is the training rate (not tokens over the wall clock); hours include load and checkpoint
+    saves; pipeline_chunks is the interleaved chunks per stage the plan launches with (:func:`pipeline_chunks`).
 
     tokens/s = global_batch x s / step; MFU = model FLOPs per token x tokens/s / (cards x dense bf16 peak);
     HFU = the FLOPs executed per token (recomputation included, :func:`hardware_flops_per_token`) x tokens/s /

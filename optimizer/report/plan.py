@@ -169,7 +169,8 @@ def estimate_lines(est: Estimate) -> list[Any]:
         f"[bold]Plan[/bold] ({est.status.value}): {escape(_plan_line(est))}",
         *offer_lines(est),
         memory_table(est),
-        f"Memory: {fits}. Time: {t.hours:,.1f} h wall clock, {t.steps:,} steps of {t.step_seconds:.2f} s, "
+        f"Memory: {fits}. Time: {t.hours:,.1f} h wall clock{_wall_clock_parts(t)}, {t.steps:,} steps of "
+        f"{t.step_seconds:.2f} s, "
         f"{t.tokens_per_second:,.0f} tokens/s, MFU {100 * t.mfu:.1f}%"
         + (f", HFU {100 * t.hfu:.1f}%" if t.hfu is not None else ""),
         f"Cost: {c.total:,.2f} {c.currency}"
@@ -181,6 +182,18 @@ def estimate_lines(est: Estimate) -> list[Any]:
         *calibration_lines(est),
         *(escape(line) for line in renting_lines(est)),
     ]
+
+
+def _wall_clock_parts(t: Any) -> str:
+    """' (training 34.4 h + 1 checkpoint save 0.5 h + start-up 0.2 h + failures 0.1 h)', or '' without them."""
+    if t.train_hours is None:
+        return ""
+    saves = f"{t.checkpoint_saves} checkpoint save{'s' if t.checkpoint_saves != 1 else ''}"
+    parts = [f"training {t.train_hours:,.1f} h", f"{saves} {t.checkpoint_hours:,.1f} h",
+             f"start-up {t.startup_hours:,.1f} h"]  # fmt: skip
+    if t.interruption_hours >= 0.05:
+        parts.append(f"restarts and lost work {t.interruption_hours:,.1f} h")
+    return f" ({' + '.join(parts)})"
 
 
 def _instance_bill(est: Estimate) -> str:

@@ -117,6 +117,25 @@ def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scena
     return sc, with_overlay(load_catalog(files), sc, path, ov), source
 
 
+def save_steps(est: Estimate) -> int | None:
+    """Optimizer steps between the plan's checkpoint saves: its interval in steps, at most the run's steps."""
+    t = est.time
+    if t is None or t.checkpoint_interval_hours is None or t.train_hours is None:
+        return None
+    between = int(t.checkpoint_interval_hours * 3600.0 // max(t.step_seconds, 1e-9))
+    return max(1, min(t.steps, between))
+
+
+def wall_clock_parts(t: Mapping[str, Any], i: int) -> dict[str, Any]:
+    """Row ``i``'s training, checkpoint and start-up hours and its save count (empty without a hosts section)."""
+    if "train_seconds" not in t:
+        return {}
+    saves = int(t["checkpoint_saves"][i])
+    return {"train_hours": round(float(t["train_seconds"][i]) / 3600.0, 6), "checkpoint_saves": saves,
+            "checkpoint_hours": round(saves * float(t["save_seconds"][i]) / 3600.0, 6),
+            "startup_hours": round(float(t["startup_seconds"][i]) / 3600.0, 6)}  # fmt: skip
+
+
 def canonical_allow(sc: Scenario, catalog: Catalog, source: str) -> list[str] | None:
     """Allow-listed GPU names as canonical ids (unknown names are errors); the pins checked against the allow-lists.
 
@@ -209,6 +228,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         steps=space.job.steps,
         interruption_hours=round(float(t["interruption_hours"][i]), 6),
         checkpoint_interval_hours=round(float(t["checkpoint_interval_hours"][i]), 6),
+        **wall_clock_parts(t, i),
     )
     offer_total = round(b.per_card * int(c.cards[i]), 2)
     money = CostReport(total=offer_total, currency=offer.currency)
@@ -359,7 +379,7 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     with named_limits(source):
         traded = trade_off(space, limits, remaining(settings, deadline), out.index)
     per_node = next(o.cards_per_node for o in space.offers if o.id == best.plan.offer)
-    launch = launch_settings(sc, best.plan, per_node)
+    launch = launch_settings(sc, best.plan, per_node, save_steps(best))
     counts = (len(space.cand), space.enumerated)
     return SolveResult(sc, best, alternatives, top, None, space.currency, bound, *counts, launch, traded,
                        space.searched)  # fmt: skip
