@@ -384,6 +384,9 @@ MUTATIONS: list[Mutation] = [
     _m("launch-save-steps-dropped", "launch", "optimizer/launch/by_engine.py",
        r'settings\[key\]\["save_steps"\] = save_steps', "pass", ["tests/test_offers_hosts.py"],
        "the Trainer saves every 500 steps, which the plan's hours do not count"),
+    _m("coverage-moe-ignored", "timing", "optimizer/models/coverage.py",
+       r'return f"\{method\}\+moe" if experts > 1 else method', "return method", ["tests/test_moe_coverage.py"],
+       "a Mixtral plan matched the dense LoRA runs' cell and printed a narrow band"),
     # ---- launch values of the newer engines
     _m("launch-torchtune-rank-is-alpha", "launch", LAUNCH_FILES, r'block\["lora_rank"\] = spec\.rank',
        'block["lora_rank"] = spec.alpha', ENGINE_TESTS, "torchtune lora_rank set to the LoRA alpha"),

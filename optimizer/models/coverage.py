@@ -52,8 +52,8 @@ from typing import Any
 
 import numpy as np
 
-NO_RUN = ("no published run like this (GPU architecture, engine, method, sharding, offload, nodes, peer-to-peer): "
-          "band widened")
+NO_RUN = ("no published run like this (GPU architecture, engine, method, dense or MoE, sharding, offload, nodes, "
+          "peer-to-peer): band widened")
 NO_P2P = ("no peer-to-peer between the cards of a node (collectives through host memory): band widened to the "
           "published runs without it")
 WORST_RUN = "a measured run like this peaked {ratio:.2f}x its prediction ({case}): band widened to it"
@@ -78,6 +78,16 @@ def staged(p2p: bool | np.ndarray, cards: int | np.ndarray, nodes: int | np.ndar
     else the GPU's; hosts.p2p).
     """
     return np.logical_not(p2p) & (np.asarray(cards) > np.asarray(nodes))
+
+
+def method_key(method: str, experts: int = 1) -> str:
+    """The method part of a cell: ``lora``, or ``lora+moe`` for a mixture-of-experts model.
+
+    An MoE block runs its experts as many small GEMMs behind a router (HF's Mixtral/Qwen-MoE loop over the experts,
+    gathers and scatters of the tokens routed to each), so a dense run's efficiency says little about it, and no
+    reference run is of an MoE model: its plans are outside every covered cell.
+    """
+    return f"{method}+moe" if experts > 1 else method
 
 
 def cell(arch: str, engine: str, method: str, zero_stage: int, offload: str, nodes: int, no_p2p: bool = False) -> str:

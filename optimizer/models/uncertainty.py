@@ -152,7 +152,7 @@ def time_band(accuracy: Mapping[str, Any], framework: str, precision: str, nodes
 
 
 def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: Mapping[str, Any],
-         arch: str | None = None, p2p: bool = True) -> Uncertainty:  # fmt: skip
+         arch: str | None = None, p2p: bool = True, method: str | None = None) -> Uncertainty:  # fmt: skip
     """The plan's memory, time and cost at the 10th and 90th percentile of the models' held-out errors.
 
     ``fx`` converts the offer's currency to the budget's; ``fits_p90``, ``meets_deadline_p90`` and
@@ -165,13 +165,15 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
     ``worst_run_like_this``). A plan whose
     predicted HFU is above the best published run of its cell gets ratio_p90 >= hfu / best (coverage.ceiling_ratio).
     A plan whose cards of a node have no peer-to-peer gets the wider of its time band and the band of the published
-    runs like that (coverage.no_p2p_band), covered or not.
+    runs like that (coverage.no_p2p_band), covered or not. ``method``: the cells' method part (coverage.method_key:
+    ``+moe`` for a mixture-of-experts model; default the scenario's method).
     """
     m, t, c, p = est.memory, est.time, est.cost, est.plan
     assert m is not None and t is not None and c is not None and p is not None
     tim = time_band(accuracy, scenario.training.framework.value, p.precision.value, p.nodes)
     engine = cov.engine(scenario.training.framework.value, scenario.training.sharding.value)
-    plan_cell = None if arch is None else cov.cell(arch, engine, scenario.method.value, p.zero_stage, p.offload.value,
+    method = method or scenario.method.value
+    plan_cell = None if arch is None else cov.cell(arch, engine, method, p.zero_stage, p.offload.value,
                                                    p.nodes, cov.staged(p2p, p.cards, p.nodes))  # fmt: skip
     like = cov.covered(accuracy, plan_cell)
     tim = cov.widened(tim, accuracy, plan_cell, like is False)
@@ -180,7 +182,7 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
     if above:
         tim = {**tim, "ratio_p90": max(float(tim["ratio_p90"]), cov.ceiling_ratio(t.hfu, best))}
     mem_cell = None if arch is None else memory_cell(arch, scenario.training.framework.value,
-                                                     scenario.training.sharding.value, scenario.method.value,
+                                                     scenario.training.sharding.value, method,
                                                      p.zero_stage, p.offload.value, p.nodes)  # fmt: skip
     mem_like = cov.covered(accuracy, mem_cell, "memory")
     mem = memory_band(accuracy, mem_cell)

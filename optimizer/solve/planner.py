@@ -29,6 +29,7 @@ from optimizer.inputs.schema_plan import CalibrationUse, CostReport, Estimate, M
 from optimizer.inputs.yamlio import validate, validate_value
 from optimizer.launch import launch_settings
 from optimizer.models import cost, hosts
+from optimizer.models import coverage as cov
 from optimizer.models.attention import attention_on
 from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
 from optimizer.models.engines import engine_key
@@ -254,9 +255,10 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         accuracy = group_accuracy(space.accuracy, loaded, *groups)
         billed = hosts.spot_offer(offer) if plan.capacity == "spot" else offer
         gpu = space.gpus[oi]
-        u = band(est, billed, space.fx[oi], space.scenario, accuracy, gpu.arch, hosts.p2p(gpu, offer))
+        method = cov.method_key(space.job.method.value, space.job.arch.experts)
+        u = band(est, billed, space.fx[oi], space.scenario, accuracy, gpu.arch, hosts.p2p(gpu, offer), method)
         mem_cell = memory_cell(gpu.arch, space.scenario.training.framework.value,
-                               space.scenario.training.sharding.value, space.job.method.value, plan.zero_stage,
+                               space.scenario.training.sharding.value, method, plan.zero_stage,
                                plan.offload.value, plan.nodes)  # fmt: skip
         u = u.model_copy(update={"risk": risk_use(space.scenario, accuracy, memory.total, capacity, mem_cell)})
         est = est.model_copy(update={"uncertainty": u})

@@ -467,7 +467,8 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     usable = (cap * (1.0 - scenario.headroom))[offer_idx] if len(offers) else np.zeros(0)
     peak = peaks[offer_idx, cfg.precision] if len(offers) else np.zeros(0)
     accuracy = memory_accuracy(cal, engine, job.method.value)
-    at_risk = mem["total"] * memory_ratios(scenario, accuracy, gpus, offer_idx, cfg, nodes)  # the peak at the
+    at_risk = mem["total"] * memory_ratios(scenario, accuracy, gpus, offer_idx, cfg, nodes,
+                                           cov.method_key(job.method.value, job.arch.experts))  # the peak at the
     # scenario's risk percentile of the row's own memory band must fit
     fits = (at_risk <= usable) & (peak > 0)
     host_gib = scenario.allow.max_host_memory_gib
@@ -876,12 +877,13 @@ def memory_accuracy(calibration: Mapping[str, Any], engine: str, method: str) ->
 
 
 def memory_ratios(scenario: Scenario, accuracy: Mapping[str, Any], gpus: list[Gpu], offer_idx: np.ndarray,
-                  cfg: Configs, nodes: np.ndarray) -> np.ndarray:  # fmt: skip
+                  cfg: Configs, nodes: np.ndarray, method: str | None = None) -> np.ndarray:  # fmt: skip
     """Each row's memory ratio at the scenario's risk, as its plan's band shows it (uncertainty.memory_band), (n,).
 
     ``accuracy.memory`` at ``risk``, widened outside the measured runs' cells and raised to the cell's worst run
     (coverage.memory_widened). Evaluated once per distinct (GPU architecture, ZeRO stage, offload, one node or
-    several): the memory cell depends on nothing else. ``gpus``: each offer's GPU.
+    several): the memory cell depends on nothing else. ``gpus``: each offer's GPU; ``method``: the cell's method
+    part (coverage.method_key; default the scenario's method).
     """
     n = len(offer_idx)
     if n == 0 or not accuracy.get("memory"):
@@ -893,14 +895,14 @@ def memory_ratios(scenario: Scenario, accuracy: Mapping[str, Any], gpus: list[Gp
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
     t = scenario.training
     ratio = [memory_risk(scenario, {"accuracy": accuracy},
-                         memory_cell(names[a], t.framework.value, t.sharding.value, scenario.method.value, z,
-                                     OFFLOAD[o].value, 2 if m else 1))
+                         memory_cell(names[a], t.framework.value, t.sharding.value, method or scenario.method.value,
+                                     z, OFFLOAD[o].value, 2 if m else 1))
              for a, z, o, m in uniq.tolist()]  # fmt: skip
     return np.asarray(ratio, dtype=np.float64)[inverse.ravel()]
 
 
-def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evaluated,
-                    arch: list[str] | None, p2p: list[bool] | None = None) -> np.ndarray:  # fmt: skip
+def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evaluated, arch: list[str] | None,
+                    p2p: list[bool] | None = None, method: str | None = None) -> np.ndarray:  # fmt: skip
     """Each row's time ratio at the scenario's risk, as its plan's band shows it (uncertainty.band), (n,).
 
     The group band at ``risk``, widened when no published run lies in the row's coverage cell and when its cards of a
@@ -908,7 +910,8 @@ def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evalu
     (coverage.ceiling_ratios). Evaluated once per distinct (GPU architecture, ZeRO stage, offload, one node or
     several, GPUs of a node without peer-to-peer, precision): the bands depend on nothing else. ``arch``: each
     offer's GPU architecture (None: group bands only); ``p2p``: whether each offer's cards reach each other
-    peer-to-peer (hosts.p2p; None: all do).
+    peer-to-peer (hosts.p2p; None: all do); ``method``: the cells' method part (coverage.method_key; default the
+    scenario's method).
     """
     framework, risk = scenario.training.framework.value, scenario.risk.value
     precision = [PRECISION[int(p)].value for p in cand.cfg.precision]
@@ -922,7 +925,8 @@ def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evalu
                      cand.cfg.precision, staged.astype(np.int64)], axis=1)  # fmt: skip
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
     engine = cov.engine(framework, scenario.training.sharding.value)
-    cells = [cov.cell(names[a], engine, scenario.method.value, int(z), OFFLOAD[o].value, 2 if m else 1, bool(st))
+    cells = [cov.cell(names[a], engine, method or scenario.method.value, int(z), OFFLOAD[o].value, 2 if m else 1,
+                      bool(st))
              for a, z, o, m, _, st in uniq.tolist()]  # fmt: skip
     prec = [PRECISION[p].value for p in uniq[:, 4].tolist()]
     nodes = np.where(uniq[:, 3] > 0, 2, 1)
@@ -945,7 +949,7 @@ def limits_at_risk(job: Job, scenario: Scenario, accuracy: Mapping[str, Any], ca
     checked against the cheapest bill for hours_r.
     """
     try:
-        ratio = slow_end_ratios(scenario, accuracy, cand, arch, p2p)
+        ratio = slow_end_ratios(scenario, accuracy, cand, arch, p2p, cov.method_key(job.method.value, job.arch.experts))
     except KeyError as exc:
         raise InputError("scenario", "risk_limits", f"{exc.args[0]} for the time model; use risk p50 or p90 "
                          "with risk_limits") from None  # fmt: skip

@@ -358,7 +358,7 @@ def _host_ram_rule(sc: Scenario, r: Recomputed, offer: Offer | None, hosts_cal: 
             f"{float(have) / 2**30:,.1f} GiB on {offer.id}")  # fmt: skip
 
 
-def _risk_ratio(sc: Scenario, catalog: Catalog, gpu: Gpu, plan: Plan) -> float:
+def _risk_ratio(sc: Scenario, catalog: Catalog, gpu: Gpu, plan: Plan, experts: int = 1) -> float:
     """The memory ratio the plan must fit at: its memory band at the scenario's ``risk``.
 
     uncertainty.memory_band: calibration.yaml ``accuracy.memory``, widened for the plan's cell (with a user's
@@ -366,8 +366,8 @@ def _risk_ratio(sc: Scenario, catalog: Catalog, gpu: Gpu, plan: Plan) -> float:
     """
     t = sc.training
     accuracy = memory_accuracy(catalog.calibration, cov.engine(t.framework.value, t.sharding.value), sc.method.value)
-    cell = memory_cell(gpu.arch, t.framework.value, t.sharding.value, sc.method.value, plan.zero_stage,
-                       plan.offload.value, plan.nodes)  # fmt: skip
+    cell = memory_cell(gpu.arch, t.framework.value, t.sharding.value, cov.method_key(sc.method.value, experts),
+                       plan.zero_stage, plan.offload.value, plan.nodes)  # fmt: skip
     try:
         return memory_risk_ratio(accuracy, sc.risk.value, cell)
     except KeyError:
@@ -450,7 +450,7 @@ def check_plan(scenario: Scenario, catalog: Catalog, estimate: Estimate, arch: M
     out = [msg for rule in rules for msg in rule()]
     r = recompute(scenario, catalog, arch, p, gpu, offer)
     out += _model_rules(estimate, scenario, r, offer, catalog.calibration.get("hosts"),
-                        _risk_ratio(scenario, catalog, gpu, p))
+                        _risk_ratio(scenario, catalog, gpu, p, arch.experts))
     billed = hosts.spot_offer(offer) if p.capacity == "spot" and offer.spot is not None else offer
     return out + _bill_rules(estimate, scenario, catalog, billed, r) if math.isfinite(r.time["hours"]) else out
 
