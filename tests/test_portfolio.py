@@ -246,8 +246,41 @@ def test_an_occurrence_that_fits_nowhere_in_its_window_makes_the_portfolio_infea
     jobs = [{"name": "rushed", "scenario": "big.yaml", "release_day": 0, "due_day": 0.001}]
     res = run_cli("portfolio", write_portfolio(folder, jobs=jobs), "--json")
     doc = json.loads(res.stdout)
-    assert (res.exit_code, doc["status"], doc["jobs"]) == (0, "infeasible", [])
+    assert (res.exit_code, doc["status"], doc["jobs"]) == (1, "infeasible", [])  # an answer without a plan: exit 1
     assert doc["message"].startswith("rushed#0: no plan fits in memory and finishes inside its window")
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_job_that_fits_no_card_exits_1_in_text_and_json(folder: Path, run_cli, as_json: bool):
+    # a million-token sequence of an 8B LoRA: ftopt solve answers infeasible (nothing fits in memory), not bad input
+    (folder / "long.yaml").write_text(yaml.safe_dump(scenario_doc(catalog="offers.yaml", seq_len=1_000_000)))
+    jobs = [{"name": "small", "scenario": "small.yaml", "release_day": 0, "due_day": 5},
+            {"name": "long", "scenario": "long.yaml", "release_day": 0, "due_day": 20}]  # fmt: skip
+    res = run_cli("portfolio", write_portfolio(folder, jobs=jobs), *(["--json"] if as_json else []))
+    assert res.exit_code == 1, res.stderr
+    assert "long#0: no plan fits in memory" in (json.loads(res.stdout)["message"] if as_json else res.stdout)
+
+
+def test_a_feasible_portfolio_exits_0(folder: Path, run_cli):
+    res = run_cli("portfolio", write_portfolio(folder))
+    assert res.exit_code == 0, res.stderr
+    assert "test-team: optimal" in res.stdout
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_job_scenario_whose_pins_admit_nothing_is_its_own_one_line_error(folder: Path, run_cli, as_json: bool):
+    # tp must divide the heads (32) and kv_heads (8) of Llama-3.1-8B: the scenario is bad input, not an infeasible job
+    (folder / "tp3.yaml").write_text(yaml.safe_dump(scenario_doc(catalog="offers.yaml", plan={"tp": 3})))
+    alone = run_cli("solve", folder / "tp3.yaml")
+    jobs = [{"name": "small", "scenario": "small.yaml", "release_day": 0, "due_day": 5},
+            {"name": "odd", "scenario": "tp3.yaml", "release_day": 0, "due_day": 20}]  # fmt: skip
+    res = run_cli("portfolio", write_portfolio(folder, jobs=jobs), *(["--json"] if as_json else []))
+    assert (res.exit_code, res.stdout) == (2, "")
+    line = res.stderr.strip()
+    assert "\n" not in line
+    assert line == (f"ftopt: error: {folder / 'tp3.yaml'}: plan.tp: tp=3 must divide the attention heads (32) and "
+                    "kv_heads (8) of Llama-3.1-8B; allowed: 1, 2, 4, 8")  # fmt: skip
+    assert (alone.exit_code, alone.stderr.strip()) == (2, line)  # the same line ftopt solve gives the scenario
 
 
 def test_offers_in_another_currency_need_an_exchange_rate(folder: Path, run_cli):
@@ -263,3 +296,9 @@ def test_the_same_portfolio_gives_byte_identical_json(folder: Path, run_cli):
     path = write_portfolio(folder, owned=[{"gpu": "RTX-4090", "cards": 1, "power_w": 450}], electricity_per_kwh=0.8)
     first, second = run_cli("portfolio", path, "--json"), run_cli("portfolio", path, "--json")
     assert first.exit_code == 0 and first.stdout == second.stdout
+
+
+def test_portfolio_help_states_the_exit_rule(run_cli):
+    text = " ".join(run_cli("portfolio", "--help").stdout.split())
+    assert "1 some job occurrence has no plan: status infeasible (text and --json alike)" in text
+    assert "2 bad input, in the portfolio or in a job's scenario" in text

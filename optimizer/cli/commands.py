@@ -1,7 +1,8 @@
 """The ``ftopt`` command line: parse, call one library function, hand the result to report.py.
 
 Exit status (EXIT_CODES, also in ``ftopt --help`` and README.md): 0 an answer with a plan; 1 an answer without
-one (infeasible scenario, an estimate that does not fit, ``batch --strict`` with an error or infeasible row);
+one (infeasible scenario, an estimate that does not fit, a portfolio with a job without a plan, ``batch
+--strict`` with an error or infeasible row);
 2 bad input (every FtoptError: one line on stderr, nothing written); 3 an output file could not be written
 (OutputError); 130 interrupted (Ctrl-C); 143 batch ended by SIGTERM.
 """
@@ -40,9 +41,10 @@ from optimizer.solve.validator import validate_catalog_files
 
 EXIT_CODES = f"""\b
 Exit status:
-  0    answered with a plan (solve, pareto), the configuration fits (estimate), every batch row solved
-  {EXIT_NO_PLAN}    answered without a plan: infeasible scenario, estimate DOES NOT FIT, batch --strict with an
-       error or infeasible row
+  0    answered with a plan (solve, pareto, every portfolio job), the configuration fits (estimate), every
+       batch row solved
+  {EXIT_NO_PLAN}    answered without a plan: infeasible scenario, estimate DOES NOT FIT, a portfolio job without a
+       plan, batch --strict with an error or infeasible row
   {EXIT_BAD_INPUT}    bad input: the one-line error names the file, the field and what is allowed
   {EXIT_OUTPUT}    an output file could not be written (not a regular file, read-only folder, full disk, size
        limit, another batch writing it): one line; the previous file is kept

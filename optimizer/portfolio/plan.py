@@ -44,6 +44,7 @@ from optimizer.portfolio.schedule import (
     Settings,
     solve,
 )
+from optimizer.solve.explain import pin_problem
 from optimizer.solve.limits import REGISTRY, admits
 from optimizer.solve.planner import canonical_allow, to_estimate
 from optimizer.solve.space import Space, enumerate_all, prune, ram_short_summary
@@ -143,7 +144,12 @@ def _durations(hours: np.ndarray, grid_s: int) -> np.ndarray:
 
 def job_space(path: Path, catalog: Catalog, pools: list[tuple[Offer, float]], pf: Portfolio, grid_s: int,
               label: str) -> JobSpace:  # fmt: skip
-    """The job's candidates on rentals and pools, pruned, with durations, solo bills and electricity."""
+    """The job's candidates on rentals and pools, pruned, with durations, solo bills and electricity.
+
+    A scenario whose ``plan:`` pins admit no configuration on any offer or pool (tp not dividing the heads, a
+    global batch the pinned cards cannot split) is an InputError naming the scenario file and the pinned field
+    (explain.pin_problem), not a job without a plan: the scenario contradicts itself whatever the calendar.
+    """
     source = str(path)
     sc = load_scenario(path)
     plan = sc.plan.model_copy(update={"term": None}) if getattr(sc.plan, "term", None) else sc.plan
@@ -151,6 +157,8 @@ def job_space(path: Path, catalog: Catalog, pools: list[tuple[Offer, float]], pf
     both = dataclasses.replace(catalog, offers=[*catalog.offers, *(o for o, _ in pools)])
     arch = resolve_model(sc, both, path)
     job, offers, gpus, ev = enumerate_all(sc, both, arch, source)
+    if len(ev) == 0:  # the pins admit no configuration: the scenario's own one-line error, as ftopt solve gives
+        raise InputError(source, *pin_problem(sc, arch, offers, gpus))
     # pins may drop offers: map the kept offers back to rentals (first n_rentals) and pools
     fx = [_rate(catalog, o.currency, pf.currency, label) if o.prices else 1.0 for o in offers]
     short = ram_short_summary(ev, offers, both.calibration.get("hosts", {}), sc.allow.max_host_memory_gib)
