@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -17,16 +18,18 @@ import pytest
 import yaml
 
 from optimizer.inputs.catalog import load_catalog
+from optimizer.inputs.errors import InputError
 from optimizer.inputs.measurement import load_cases
 from optimizer.measure.calibrate import calibrate, predict
 from optimizer.models.overlay import load_overlay
-from tests.conftest import REFERENCE
+from tests.conftest import REFERENCE, REPO
 
 THROUGHPUT = {c.id: c for c in load_cases(REFERENCE / "throughput_cases.yaml")}
 MEMORY = {c.id: c for c in load_cases(REFERENCE / "memory_cases.yaml")}
 # ampere x torchtune x full x bf16: Llama 3.2 3B on one A100 (torchtune README tables, throughput_cases.yaml)
 TT_A100_FIT = ["tput-tt-llama3.2-3b-full-ac", "tput-tt-llama3.2-3b-full-ac-opt-in-bwd"]
 TT_A100_HELD_OUT = "tput-tt-llama3.2-3b-full-ac-act-offload"  # the shipped model is -5.8% on it
+README = (REPO / "README.md").read_text(encoding="utf-8")
 OTHER_GROUP = "tput-llmfoundry-mpt-7b-s2048-8xh100-sxm"  # hopper x hf_fsdp x full x bf16
 
 
@@ -294,3 +297,45 @@ def test_a_measurement_the_catalog_cannot_evaluate_is_reported_and_the_rest_fitt
     (skipped,) = [r for r in result.rows if r.id == "too-big"]
     assert not skipped.used and skipped.note.startswith("not used: ") and "plan.cards" in skipped.note
     assert [g.n for g in result.overlay.time] == [1]
+
+
+def _readme_measurement(tmp_path: Path, name: str, case_id: str, tp: int) -> Path:
+    """README's my-measurement.yaml (a published MPT-7B run on 8 x A100-80G) with its id and tp pin replaced."""
+    doc = yaml.safe_load(re.search(r"# file: my-measurement\.yaml\n(.*?)```", README, flags=re.S).group(1))
+    doc["id"] = case_id
+    doc["scenario"]["plan"]["tp"] = tp
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_calibrate_with_no_usable_measurement_is_its_one_line_error_and_writes_nothing(run_cli, tmp_path: Path,
+                                                                                       as_json: bool):  # fmt: skip
+    # tp must divide MPT-7B's 32 heads: the only measurement cannot be evaluated, so there is nothing to fit
+    bad = _readme_measurement(tmp_path, "m.yaml", "mpt-tp3", tp=3)
+    out = tmp_path / "cal.yaml"
+    result = run_cli("calibrate", bad, "-o", out, *(["--json"] if as_json else []))
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (f"ftopt: error: {bad}: mpt-tp3: scenario.plan.tp: tp=3 must divide the attention heads "
+                             "(32) and kv_heads (32) of MPT-7B; allowed: 1, 2, 4, 8, 16, 32\n")  # fmt: skip
+    assert not out.exists()
+
+
+def test_calibrate_names_the_first_measurement_when_none_is_usable(tmp_path: Path):
+    first = _readme_measurement(tmp_path, "a.yaml", "first-tp3", tp=3)
+    second = _readme_measurement(tmp_path, "b.yaml", "second-tp5", tp=5)
+    with pytest.raises(InputError, match=r"^.*a\.yaml: first-tp3: scenario\.plan\.tp: tp=3 "):
+        calibrate([str(first), str(second)], output=tmp_path / "cal.yaml")
+    assert not (tmp_path / "cal.yaml").exists()
+
+
+def test_calibrate_with_one_usable_measurement_reports_the_other_and_writes_the_overlay(run_cli, tmp_path: Path):
+    bad = _readme_measurement(tmp_path, "bad.yaml", "mpt-tp3", tp=3)
+    good = _readme_measurement(tmp_path, "good.yaml", "mpt-tp1", tp=1)
+    out = tmp_path / "cal.yaml"
+    result = run_cli("calibrate", bad, good, "-o", out, "--json")
+    assert result.exit_code == 0, result.output
+    rows = {r["id"]: r for r in json.loads(result.stdout)["measurements"]}
+    assert not rows["mpt-tp3"]["used"] and "scenario.plan.tp: tp=3 must divide" in rows["mpt-tp3"]["note"]
+    assert rows["mpt-tp1"]["used"] and load_overlay(out).overlay.time[0].n == 1

@@ -26,7 +26,8 @@ leave-one-out residuals (each measurement against the factor fitted on the other
 own factor), which is how far a measurement of one configuration carries to another in that group.
 Groups without measurements keep the shipped band.
 
-Measurements that inform nothing are reported and skipped: those the catalog cannot evaluate (the error is shown),
+Measurements that inform nothing are reported and skipped: those the catalog cannot evaluate (the error is shown;
+when no measurement can be evaluated, the first one's error is raised and no overlay is written),
 boundary observations (fits / oom), throughput given
 only as model TFLOP/s (counting conventions differ) or wall minutes, CPU smoke runs (``environment.device: cpu``),
 and figures more than 10x away from the prediction either way (OUTLIER: the scenario cannot describe the run;
@@ -234,15 +235,28 @@ def _groups(rows: list[tuple[Row, tuple[str, ...]]], k: float, cap: float, shipp
     return out
 
 
+def none_usable(errors: list[InputError], measurements: int) -> None:
+    """Raise the first measurement's error when the models could evaluate none of the ``measurements``.
+
+    A measurement the models cannot evaluate (a pin no offer hosts, tp not dividing the heads) is reported and
+    skipped while another one can be fitted; when every one of them is such an error the overlay would be empty and
+    the report would bury the cause in a table cell, so the first error is the answer (bad input, nothing written).
+    """
+    if errors and len(errors) == measurements:
+        raise errors[0]
+
+
 def fit_overlay(cases: list[tuple[Case, str]], workdir: Path, k: float, cap: float) -> Result:
     """Predict every measurement, fit the time and memory groups, and return the overlay with the report rows."""
     time_rows: list[tuple[Row, tuple[str, ...]]] = []
     mem_rows: list[tuple[Row, tuple[str, ...]]] = []
     refs = []
+    errors: list[InputError] = []
     for case, file in cases:
         try:
             pred = predict(case, workdir, label=file)
         except InputError as exc:  # e.g. more cards than any offer rents: reported, the others are still fitted
+            errors.append(exc)
             time_rows.append((Row(case.id, file, "-", "-", None, None, note=f"not used: {exc}"), ("-",)))
             refs.append(MeasurementRef(id=case.id, file=file, used=[]))
             continue
@@ -254,6 +268,7 @@ def fit_overlay(cases: list[tuple[Case, str]], workdir: Path, k: float, cap: flo
         mem_rows.append((row, pred.memory_key))
         used = [m for m, (r, _) in (("time", time_rows[-1]), ("memory", mem_rows[-1])) if r.used]
         refs.append(MeasurementRef(id=case.id, file=file, used=used))
+    none_usable(errors, len(cases))
     accuracy = load_catalog().calibration.get("accuracy", {})
     # time: real / predicted step time = predicted / measured tokens/s; memory: measured / predicted peak
     tg = _groups(time_rows, k, cap, accuracy.get("time"), lambda r: r.before / r.measured)
