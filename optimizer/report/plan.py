@@ -31,7 +31,11 @@ def estimate_json(est: Estimate) -> dict[str, Any]:
 
 
 def solve_json(result: SolveResult) -> dict[str, Any]:
-    """JSON of a solve: the contract's five keys, plus ``explanation`` when infeasible."""
+    """JSON of a solve: the contract's five keys, plus ``explanation`` when infeasible.
+
+    With ``--top N`` (N > 1) and a plan, ``alternatives`` lists the next best plans #2..#N (top_json); without it
+    the document is the plain one, key for key.
+    """
     doc = estimate_json(result.best)
     if result.relaxation is not None:
         r = result.relaxation
@@ -54,7 +58,21 @@ def solve_json(result: SolveResult) -> dict[str, Any]:
     if result.searched is not None:  # the time limit cut the build short: the plan is the best of the offers seen
         doc["cut_short"] = {"offers_searched": result.searched[0], "offers": result.searched[1],
                             "text": cut_short_text(result.searched)}  # fmt: skip
+    alternatives = top_json(result)
+    if alternatives is not None:
+        doc["alternatives"] = alternatives
     return doc
+
+
+def top_json(result: SolveResult) -> list[dict[str, Any]] | None:
+    """The next best plans #2..#N that ``--top N`` lists, each a plan document as the best one; None without them.
+
+    None (the key left out) when --top asked for one plan or the scenario has none; an empty list when --top asked
+    for more but no other plan meets the scenario's limits. The order is the text's: #2 first.
+    """
+    if result.top_k <= 1 or result.relaxation is not None:
+        return None
+    return [estimate_json(est) for est in result.top[1:]]
 
 
 def cut_short_text(searched: tuple[int, int]) -> str:

@@ -89,6 +89,7 @@ class SolveResult:
     launch: dict | None = None  # framework settings for the best plan (launch.py)
     trade_off: dict | None = None  # what the scenario's tolerance traded (trade_off)
     searched: tuple[int, int] | None = None  # (offers evaluated, offers) when the time limit cut the build short
+    top_k: int = 1  # the plans asked for (--top): top holds at most this many
 
 
 def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scenario, Catalog, str]:
@@ -352,7 +353,7 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     if out.index is None:
         empty = Estimate(status=Status.infeasible, plan=None, memory=None, time=None, cost=None)
         return SolveResult(sc, empty, [], [], rel, space.currency, None, len(space.cand), space.enumerated,
-                           searched=space.searched)  # fmt: skip
+                           searched=space.searched, top_k=top_k)  # fmt: skip
     best = to_estimate(space, out.index, cut_short(space, out.status))
     top = [best]
     excluded = np.zeros(len(space.cand), dtype=bool)
@@ -384,7 +385,7 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     launch = launch_settings(sc, best.plan, per_node, save_steps(best))
     counts = (len(space.cand), space.enumerated)
     return SolveResult(sc, best, alternatives, top, None, space.currency, bound, *counts, launch, traded,
-                       space.searched)  # fmt: skip
+                       space.searched, top_k)  # fmt: skip
 
 
 def trade_off(space: Space, limits: Limits, settings: SolverSettings, chosen: int) -> dict:
