@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from optimizer.inputs import yamlio
+from optimizer.inputs.catalog import load_catalog
 from optimizer.inputs.errors import InputError, did_you_mean
 from optimizer.inputs.schema import Budget, Scenario
 
@@ -102,6 +103,55 @@ def test_estimate_with_unknown_gpu_suggests_the_nearest(run_cli, write_scenario)
     result = run_cli("estimate", path, "--gpu", "H10O-SXM", "--cards", "1", "--micro-batch", "1")
     assert result.exit_code == 2
     assert "plan.gpu: unknown GPU 'H10O-SXM', did you mean 'H100-SXM'?" in result.stderr
+
+
+def _estimate_a100(run_cli, *extra: str):
+    return run_cli("estimate", REPO / "scenarios" / "7b-lora.yaml", "--gpu", "A100-80G", "--cards", "1",
+                   "--micro-batch", "1", *extra)  # fmt: skip
+
+
+def test_estimate_with_an_offer_of_another_gpu_names_the_gpu_it_rents(run_cli):
+    # premise: the scenario's catalog (us) holds aws-p5-h100, an H100-SXM offer, and A100-80G offers
+    offers = load_catalog(["us"]).offers
+    assert {o.gpu for o in offers if o.id == "aws-p5-h100"} == {"H100-SXM"}
+    a100 = sorted(o.id for o in offers if o.gpu == "A100-80G")
+    result = _estimate_a100(run_cli, "--offer", "aws-p5-h100")
+    assert (result.exit_code, result.stdout, result.stderr.count("\n")) == (2, "", 1)
+    line = result.stderr.strip()
+    assert line.startswith(f"ftopt: error: {REPO / 'scenarios' / '7b-lora.yaml'}: plan.offer: offer 'aws-p5-h100' "
+                           "rents H100-SXM, not the pinned A100-80G; allowed: an offer of A100-80G (")  # fmt: skip
+    assert a100[0] in line and line.endswith("or pin gpu H100-SXM with this offer")
+    assert "unknown offer" not in line and "did you mean" not in line
+
+
+def test_estimate_with_an_offer_id_nothing_holds_is_still_unknown(run_cli):
+    result = _estimate_a100(run_cli, "--offer", "aws-p4de-a100-80gx")
+    assert result.exit_code == 2
+    assert "plan.offer: unknown offer 'aws-p4de-a100-80gx', did you mean 'aws-p4de-a100-80g'?" in result.stderr
+
+
+def test_estimate_with_a_precision_the_pinned_gpu_lacks_names_what_it_runs(run_cli):
+    # premise: the us catalog offers GPUs with fp8 (H100-SXM), so "no offered GPU runs fp8" would be false
+    catalog = load_catalog(["us"])
+    assert any(catalog.gpus[o.gpu].fp8_tflops for o in catalog.offers)
+    result = _estimate_a100(run_cli, "--precision", "fp8")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (f"ftopt: error: {REPO / 'scenarios' / '7b-lora.yaml'}: plan.precision: A100-80G has no "
+                             "native fp8; it runs bf16, fp16, fp32: pin one of them, or a GPU with fp8\n")  # fmt: skip
+
+
+def test_a_precision_no_offered_gpu_runs_names_what_each_runs(run_cli, write_scenario, tmp_path):
+    price = {"hour": {"amount": 1.0, "source": "test fixture", "as_of": "2026-11-30"}}
+    offers = {"schema_version": 1, "currency": "USD", "offers": [
+        {"id": "t-a100", "provider": "Test", "gpu": "A100-80G", "cards_per_node": 8, "prices": price},
+        {"id": "t-v100", "provider": "Test", "gpu": "V100-32G", "cards_per_node": 8, "prices": price}]}  # fmt: skip
+    (tmp_path / "offers.yaml").write_text(yaml.safe_dump(offers, sort_keys=False))
+    path = write_scenario(catalog="offers.yaml", plan={"precision": "fp8"})
+    result = run_cli("solve", path)
+    assert result.exit_code == 2
+    assert result.stderr == (f"ftopt: error: {path}: plan.precision: none of the offered GPUs runs fp8 natively: "
+                             "A100-80G runs bf16, fp16, fp32; V100-32G runs fp16, fp32; pin one of those, or offer a "
+                             "GPU with fp8\n")  # fmt: skip
 
 
 def test_click_usage_error_is_one_line_with_exit_2(run_cli, write_scenario):

@@ -26,7 +26,7 @@ import numpy as np
 
 from optimizer.inputs.catalog import Catalog, default_offer_files, load_catalog
 from optimizer.inputs.errors import FtoptError, InputError
-from optimizer.inputs.schema import ModelArch, Objective, PlanPins, Scenario
+from optimizer.inputs.schema import ModelArch, Objective, PlanPins, Precision, Scenario
 from optimizer.inputs.schema_catalog import Gpu, Offer
 from optimizer.solve.explain_relax import (
     Option,
@@ -113,6 +113,24 @@ def _batch_problem(p: PlanPins, gb: int) -> tuple[str, str] | None:
     return None
 
 
+def precision_problem(precision: Precision, gpus: list[Gpu]) -> str:
+    """Why a pinned precision runs on none of ``gpus`` (the GPUs of the offers the pins leave): what each runs.
+
+    'A100-80G has no native fp8; it runs bf16, fp16, fp32: pin one of them, or a GPU with fp8' for one GPU type
+    (the pinned one); for several, 'none of the offered GPUs runs fp8 natively: A100-80G runs bf16, fp16, fp32;
+    V100-32G runs fp16, fp32; ...'.
+    """
+    runs: dict[str, list[str]] = {}
+    for g in sorted(gpus, key=lambda g: g.id):
+        runs.setdefault(g.id, [q.value for q in Precision if g.peak_tflops(q)])
+    want = precision.value
+    if len(runs) == 1:
+        ((gpu, native),) = runs.items()
+        return f"{gpu} has no native {want}; it runs {', '.join(native)}: pin one of them, or a GPU with {want}"
+    each = "; ".join(f"{gpu} runs {', '.join(native)}" for gpu, native in runs.items())
+    return f"none of the offered GPUs runs {want} natively: {each}; pin one of those, or offer a GPU with {want}"
+
+
 def pin_problem(sc: Scenario, arch: ModelArch, offers: list[Offer], gpus: list[Gpu]) -> tuple[str, str]:
     """(field, message) explaining why the ``plan:`` pins admit no configuration on any offer."""
     p: PlanPins = sc.plan
@@ -128,8 +146,8 @@ def pin_problem(sc: Scenario, arch: ModelArch, offers: list[Offer], gpus: list[G
     if p.nodes and not p.cards:
         return "plan.nodes", (f"nodes={p.nodes} matches none of the card counts tried (whole nodes in powers of "
                               "two, or the offer's maximum); pin cards as well")  # fmt: skip
-    if p.precision:
-        return "plan.precision", f"no offered GPU runs precision {p.precision.value} natively; try bf16 or fp16"
+    if p.precision and not any(g.peak_tflops(p.precision) for g in gpus):
+        return "plan.precision", precision_problem(p.precision, gpus)
     if not p.cards and offers and all(o.sold_as == "instance" for o in offers):
         counts = ", ".join(str(c) for c in sorted({c for o in offers for c in card_counts(o, None)}))
         why = (f"global_batch {sc.global_batch} cannot be split over the whole instances offered ({counts} cards; "

@@ -188,7 +188,11 @@ def report_currency(scenario: Scenario, offers: list[Offer]) -> str:
 
 
 def pinned_offers(scenario: Scenario, catalog: Catalog, source: str) -> list[Offer]:
-    """Offers left after the plan pins gpu and offer (the allow-lists are the solver's, to explain them)."""
+    """Offers left after the plan pins gpu and offer (the allow-lists are the solver's, to explain them).
+
+    A pinned offer the catalog holds but that rents another GPU than the pinned one is an error naming the GPU it
+    rents (:func:`offer_of_other_gpu`), not an unknown offer.
+    """
     pins = scenario.plan
     offers = catalog.offers
     if pins.gpu is not None:
@@ -199,10 +203,27 @@ def pinned_offers(scenario: Scenario, catalog: Catalog, source: str) -> list[Off
     if pins.offer is not None:
         chosen = [o for o in offers if o.id == pins.offer.lower()]
         if not chosen:
+            other = next((o for o in catalog.offers if o.id == pins.offer.lower()), None)
+            if other is not None:
+                raise InputError(source, "plan.offer", offer_of_other_gpu(other, offers))
             ids = sorted(o.id for o in offers)
             raise InputError(source, "plan.offer", f"unknown offer '{pins.offer}'{did_you_mean(pins.offer, ids)}")
         offers = chosen
     return offers
+
+
+def offer_of_other_gpu(offer: Offer, offers: list[Offer], shown: int = 5) -> str:
+    """Why a pinned offer of the catalog is not among ``offers`` (those of the pinned GPU): it rents another GPU.
+
+    Names the GPU the offer rents, the pinned GPU's offers (the first ``shown`` ids and how many more) and the pin
+    that would take the offer: 'offer 'aws-p5-h100' rents H100-SXM, not the pinned A100-80G; allowed: an offer of
+    A100-80G (aws-p4de-a100-80g, ...), or gpu H100-SXM'.
+    """
+    pinned = offers[0].gpu
+    ids = sorted(o.id for o in offers)
+    listed = ", ".join(ids[:shown]) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+    return (f"offer '{offer.id}' rents {offer.gpu}, not the pinned {pinned}; allowed: an offer of {pinned} "
+            f"({listed}), or pin gpu {offer.gpu} with this offer")
 
 
 # ------------------------------------------------------------------------------------------------ layouts
