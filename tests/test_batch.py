@@ -13,8 +13,9 @@ import pytest
 
 from bench.gen_scenarios import write_scenarios
 from optimizer.inputs.errors import InputError
+from optimizer.inputs.fingerprint import inputs_digest
 from optimizer.solve import batch
-from optimizer.solve.batch import ROW_FIELDS, expand, read_rows, run_batch, solve_row
+from optimizer.solve.batch import REQUIRED_FIELDS, ROW_FIELDS, expand, read_rows, run_batch, solve_row
 from optimizer.solve.planner import solve_scenario
 
 from .conftest import REPO, seventy_b
@@ -171,6 +172,81 @@ def test_csv_output_has_the_header_and_resumes(folder: Path):
     assert lines[0] == ",".join(ROW_FIELDS)
     assert summary.skipped == 1 and len(lines) == 3
     assert [r["status"] for r in read_rows(out)] == ["optimal", "error"]
+
+
+# ------------------------------------------------------------------------------------------------ resume
+
+
+def test_an_edited_scenario_is_solved_again_and_its_stale_row_replaced(tmp_path: Path, write_scenario):
+    scenario = write_scenario("a.yaml", catalog="lambda")
+    out = tmp_path / "results.jsonl"
+    first = run_batch([str(scenario)], out, workers=1)
+    assert first.counts["optimal"] == 1
+    write_scenario("a.yaml", catalog="lambda", budget={"amount": 0.01, "currency": "USD"})  # the user edits it
+    second = run_batch([str(scenario)], out, workers=1)
+    assert (second.skipped, second.changed, second.solved) == (0, 1, 1)
+    assert [r["status"] for r in _lines(out)] == ["infeasible"]  # the row of the file as it is now, and only it
+    third = run_batch([str(scenario)], out, workers=1)  # unchanged since: reused
+    assert (third.skipped, third.changed, third.solved) == (1, 0, 0)
+
+
+def test_the_same_file_from_another_working_directory_keeps_one_row(tmp_path: Path, write_scenario, monkeypatch):
+    (tmp_path / "R").mkdir()
+    write_scenario("R/a.yaml", catalog="lambda")
+    monkeypatch.chdir(tmp_path)
+    run_batch(expand(["R"]), "R.jsonl", workers=1)
+    monkeypatch.chdir(tmp_path / "R")
+    again = run_batch(expand(["a.yaml"]), "../R.jsonl", workers=1)
+    assert (again.skipped, again.solved) == (1, 0)
+    rows = _lines(tmp_path / "R.jsonl")
+    assert [(r["scenario"], r["scenario_resolved"]) for r in rows] == [("R/a.yaml", "R/a.yaml")]
+
+
+def test_a_changed_catalog_file_the_scenario_names_changes_its_fingerprint(tmp_path: Path, write_scenario):
+    offers = tmp_path / "my-offers.yaml"
+    shutil.copy(REPO / "catalogs" / "offers" / "lambda.yaml", offers)
+    scenario = write_scenario("a.yaml", catalog="my-offers.yaml")  # relative to the scenario's folder
+    before = inputs_digest(str(scenario))
+    (tmp_path / "unrelated.yaml").write_text("x: 1\n")
+    assert inputs_digest(str(scenario)) == before
+    offers.write_text(offers.read_text().replace("lambda", "lambda ", 1))  # one byte more in a file it is solved with
+    assert inputs_digest(str(scenario)) != before
+    assert inputs_digest(str(scenario), calibration=str(offers)) != inputs_digest(str(scenario))  # --calibration
+
+
+def test_rows_of_an_older_results_file_are_read_and_solved_again(folder: Path):
+    """A file written before rows carried a fingerprint: its rows parse, and cannot be reused (nothing proves that
+    the scenario is unchanged), so each is solved again and replaced by one row."""
+    out = folder / "results.jsonl"
+    paths = [str(folder / "a-7b-qlora.yaml")]
+    run_batch(paths, out, workers=1)
+    old = [{k: v for k, v in r.items() if k not in ("scenario_resolved", "inputs_sha256")} for r in _lines(out)]
+    out.write_text("".join(json.dumps(r) + "\n" for r in old))
+    assert [r["status"] for r in read_rows(out)] == ["optimal"]
+    summary = run_batch(paths, out, workers=1)
+    assert (summary.skipped, summary.changed, summary.solved) == (0, 1, 1)
+    assert len(_lines(out)) == 1 and _lines(out)[0]["inputs_sha256"] == inputs_digest(paths[0])
+
+
+def test_an_older_csv_results_file_is_read_and_rewritten_with_the_new_columns(folder: Path):
+    out = folder / "results.csv"
+    paths = [str(folder / "a-7b-qlora.yaml")]
+    run_batch(paths, out, workers=1)
+    n = len(REQUIRED_FIELDS)
+    out.write_text("".join(",".join(line.split(",")[:n]) + "\n" for line in out.read_text().splitlines()))
+    assert [r["status"] for r in read_rows(out)] == ["optimal"]
+    summary = run_batch(paths, out, workers=1)
+    assert summary.changed == 1
+    assert out.read_text().splitlines()[0] == ",".join(ROW_FIELDS) and len(read_rows(out)) == 1
+
+
+def test_batch_cli_says_how_many_changed_scenarios_it_solved_again(run_cli, tmp_path: Path, write_scenario):
+    scenario = write_scenario("a.yaml", catalog="lambda")
+    out = tmp_path / "results.jsonl"
+    assert run_cli("batch", scenario, "-o", out).exit_code == 0
+    write_scenario("a.yaml", catalog="lambda", seq_len=4096)
+    res = run_cli("batch", scenario, "-o", out)
+    assert "skipped 0 already in the output, re-solved 1 changed" in " ".join(res.stderr.split())
 
 
 def test_unknown_output_format_is_a_user_error(folder: Path):

@@ -202,6 +202,18 @@ def resolve_offer_file(name: str | Path, source: str, where: str, base: Path | N
     return p
 
 
+def named_file(name: str | Path, scenario_path: str | Path | None) -> Path:
+    """A file a scenario names (``calibration:``, ``model: {hf_config: ...}``), as the solve opens it.
+
+    Rule: an absolute path, or a relative one that exists from the working directory, is taken as given; any other
+    relative path is relative to the scenario's folder. Existence is not checked here: the reader reports it.
+    """
+    p = Path(name)
+    if not p.is_absolute() and not p.exists() and scenario_path is not None:
+        p = Path(scenario_path).parent / p
+    return p
+
+
 def scenario_offer_files(scenario: Scenario, scenario_path: str | Path | None) -> list[Path] | None:
     """The offer files a scenario names (built-in names or paths, see ``resolve_offer_file``)."""
     if scenario.catalog is None:
@@ -418,9 +430,7 @@ def resolve_model(scenario: Scenario, catalog: Catalog, scenario_path: str | Pat
     if isinstance(scenario.model, ModelArch):
         return scenario.model
     if isinstance(scenario.model, HfConfigRef):
-        p = Path(scenario.model.hf_config)
-        if not p.is_absolute() and not p.exists() and scenario_path is not None:
-            p = Path(scenario_path).parent / p
+        p = named_file(scenario.model.hf_config, scenario_path)
         arch = import_hf_config(p, label)
         note = _params_note(arch, catalog, p)
         return arch.model_copy(update={"import_notes": (*arch.import_notes, note)}) if note else arch

@@ -77,6 +77,9 @@ def batch_table(rows: list[dict[str, Any]]) -> Table:
 def print_batch_summary(summary: BatchSummary, output: str | None, console: Console, html: str | None = None) -> None:
     """Counts by status, throughput, every error with its one-line message, and where the rows are.
 
+    The summary line counts the scenarios reused from the output ("skipped N already in the output") and, when
+    any, those whose row was solved from other inputs and so solved again ("re-solved N changed").
+
     With ``html`` (``--html FILE``) the rows are also written as a page (optimizer/report/html).
     """
     if html:
@@ -89,8 +92,9 @@ def print_batch_summary(summary: BatchSummary, output: str | None, console: Cons
     rate = summary.solved / summary.elapsed_s if summary.elapsed_s > 0 else 0.0
     head = "[bold yellow]Interrupted[/bold yellow]" if summary.interrupted else "[bold]Done[/bold]"
     done = f"solved {summary.solved} in {summary.elapsed_s:.1f} s ({rate:,.1f}/s)"
+    changed = f", re-solved {summary.changed} changed" if summary.changed else ""
     console.print(f"{head}: {summary.total} scenarios ({counts or 'none finished'}); {done}, "
-                  f"skipped {summary.skipped} already in the output")  # fmt: skip
+                  f"skipped {summary.skipped} already in the output{changed}")  # fmt: skip
     errors = summary.errors
     for r in errors[:MAX_ERRORS_SHOWN]:
         console.print(f"[red]error[/red] {escape(str(r['scenario']))}: {escape(str(r['error']))}", soft_wrap=True)

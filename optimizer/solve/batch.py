@@ -11,9 +11,15 @@ Contract (README.md "Batches"; row keys in docs/json-contract.md):
   order; when the batch ends, normally or by Ctrl-C, the file is rewritten atomically in scenario-path order with
   one row per scenario. Row content depends only on the scenario and catalog, so the final file is identical for
   any worker count and either backend.
-* Resume: rerunning with the same output skips every scenario that already has a row whose status is not
-  ``error``; error rows are retried (the file may have been fixed). A partly written last line (a killed process)
-  and any row that does not parse are dropped before the run.
+* Resume: rerunning with the same output reuses a scenario's row only when it is the same file and it is
+  unchanged. The same file: rows are matched by ``scenario_resolved``, the scenario's path with symlinks and ``..``
+  resolved, relative to the output's folder (so the working directory the batch runs from does not matter).
+  Unchanged: the row's ``inputs_sha256`` equals the fingerprint of the scenario and the files it is solved with now
+  (optimizer/inputs/fingerprint.py). A changed scenario is solved again and its old row replaced (counted as
+  ``changed``); error rows are retried (the file may have been fixed). A row without a fingerprint (from a results
+  file written before rows carried one) cannot be shown to match its file: it counts as changed and is solved
+  again, once; keeping a possibly stale row silently would be the worse error. A partly written last line (a
+  killed process) and any row that does not parse are dropped before the run.
 
 Workers solve with :func:`solve_row`, which hands CP-SAT only the candidates that can be optimal
 (dominance.relevant: the non-dominated ones among those the allow-lists admit, an exact reduction) and falls back
@@ -45,6 +51,7 @@ from typing import Any
 
 from optimizer.inputs.atomic import check_target, open_append, write_atomic
 from optimizer.inputs.errors import FtoptError, InputError, OutputError
+from optimizer.inputs.fingerprint import FileDigests, inputs_digest
 from optimizer.inputs.inputfile import read_bytes
 from optimizer.solve.dominance import relevant
 from optimizer.solve.explain import explain
@@ -54,7 +61,9 @@ from optimizer.solve.solver import SolverSettings, solve
 DEFAULT_SETTINGS = SolverSettings()  # CP-SAT defaults: 10 s limit, 1 worker, seed 0
 ROW_FIELDS = ("scenario", "name", "status", "gpu", "cards", "nodes", "tp", "dp", "zero_stage", "offload",
               "micro_batch", "grad_accum", "checkpointing", "cost", "currency", "hours", "cost_p90", "hours_p90",
-              "fits_p90", "error")  # fmt: skip
+              "fits_p90", "error", "scenario_resolved", "inputs_sha256")  # fmt: skip
+# the fields every results file has held; the last two came later and are null in rows read from older files
+REQUIRED_FIELDS = ROW_FIELDS[: ROW_FIELDS.index("error") + 1]
 STATUSES = ("optimal", "feasible", "infeasible", "error")
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 
@@ -105,6 +114,7 @@ def solve_row(path: str, settings: SolverSettings = DEFAULT_SETTINGS, calibratio
     """Solve one scenario file into a row; never raises (failures become ``status: error`` rows).
 
     ``calibration``: a calibration overlay file replacing the scenario's (optimizer/models/overlay.py).
+    ``scenario_resolved`` and ``inputs_sha256`` are left None: the batch fills them (:func:`run_batch`).
     """
     row: Row = dict.fromkeys(ROW_FIELDS)
     row["scenario"] = path
@@ -143,7 +153,7 @@ def solve_row(path: str, settings: SolverSettings = DEFAULT_SETTINGS, calibratio
 
 
 def _fail(row: Row, message: str) -> None:
-    for key in ROW_FIELDS[2:]:
+    for key in REQUIRED_FIELDS[2:]:
         row[key] = None
     row["status"] = "error"
     row["error"] = " ".join(message.split())
@@ -161,7 +171,7 @@ def output_format(path: str | Path) -> str:
 
 
 def _valid(row: Any) -> bool:
-    return isinstance(row, dict) and all(k in row for k in ROW_FIELDS) and row["status"] in STATUSES
+    return isinstance(row, dict) and all(k in row for k in REQUIRED_FIELDS) and row["status"] in STATUSES
 
 
 def read_rows(path: str | Path) -> list[Row]:
@@ -179,12 +189,13 @@ def read_rows(path: str | Path) -> list[Row]:
             except json.JSONDecodeError:
                 continue
             if _valid(row):
-                rows.append({k: row[k] for k in ROW_FIELDS})
+                rows.append({k: row.get(k) for k in ROW_FIELDS})
         return rows
     reader = csv.DictReader(io.StringIO(complete))
     for row in reader:
         if None not in row and _valid(row) and None not in row.values():
-            rows.append({k: row[k] for k in ROW_FIELDS})
+            rows.append({k: row.get(k) or None if k in ROW_FIELDS[len(REQUIRED_FIELDS):] else row[k]
+                         for k in ROW_FIELDS})  # fmt: skip
     return rows
 
 
@@ -203,12 +214,62 @@ def render_rows(rows: list[Row], fmt: str) -> str:
     return head + "".join(format_row(r, fmt) for r in rows)
 
 
-def final_rows(rows: Iterable[Row]) -> list[Row]:
-    """One row per scenario (the last one written wins), in scenario-path order."""
+def output_anchor(output: str | Path | None) -> str:
+    """The folder rows' ``scenario_resolved`` paths are relative to: the output's (resolved), else the working one."""
+    return os.path.realpath(os.path.dirname(os.path.abspath(output)) if output is not None else os.curdir)
+
+
+def resolved_key(path: str, anchor: str) -> str:
+    """Scenario ``path`` with symlinks and ``..`` resolved, relative to ``anchor`` (a row's ``scenario_resolved``).
+
+    The same file gives the same key from any working directory; moving the output together with its scenarios
+    keeps the keys.
+    """
+    return os.path.relpath(os.path.realpath(path), anchor)
+
+
+def row_key(row: Row, anchor: str) -> str:
+    """The file a row was solved from: its ``scenario_resolved``.
+
+    A row of an older file has none: its ``scenario`` is resolved from the working directory (all an older ftopt
+    could do).
+    """
+    return str(row.get("scenario_resolved") or resolved_key(str(row["scenario"]), anchor))
+
+
+def final_rows(rows: Iterable[Row], anchor: str | None = None) -> list[Row]:
+    """One row per scenario file (the last one written wins), in scenario-path order (then by resolved path).
+
+    ``anchor``: see :func:`output_anchor`; default the working directory.
+    """
+    base = anchor if anchor is not None else output_anchor(None)
     latest: dict[str, Row] = {}
     for row in rows:
-        latest[str(row["scenario"])] = row
-    return [latest[k] for k in sorted(latest)]
+        latest[row_key(row, base)] = row
+    return sorted(latest.values(), key=lambda r: (str(r["scenario"]), row_key(r, base)))
+
+
+class Resume(StrEnum):
+    """What a rerun does with one input scenario, given the output's row for the same file (if any)."""
+
+    new = "new"  # no row: solve
+    retry = "retry"  # an error row: solve again (the file may have been fixed)
+    changed = "changed"  # a row solved from other inputs, or one without a fingerprint: solve again, replace it
+    reuse = "reuse"  # a row solved from exactly these inputs: keep it, skip the scenario
+
+
+def resume_action(row: Row | None, digest: str | None) -> Resume:
+    """How to treat a scenario whose inputs have fingerprint ``digest`` (None: unreadable) and whose row is ``row``.
+
+    Rule: a row is reused only when its status is not error and its ``inputs_sha256`` equals ``digest``.
+    """
+    if row is None:
+        return Resume.new
+    if row["status"] == "error":
+        return Resume.retry
+    if digest is None or row.get("inputs_sha256") != digest:
+        return Resume.changed
+    return Resume.reuse
 
 
 # ------------------------------------------------------------------------------------------------ backends
@@ -432,13 +493,14 @@ class BatchSummary:
     """What a batch did: counts by status, the errors, the final rows of the inputs, elapsed wall clock."""
 
     total: int  # scenarios named by the inputs
-    skipped: int  # already solved in the output (resume)
+    skipped: int  # already solved in the output from the same inputs (resume)
     solved: int  # solved in this run
     rows: list[Row]  # one per input scenario that has a row, in scenario-path order
     elapsed_s: float
     interrupted: bool = False
     counts: dict[str, int] = field(default_factory=dict)  # status -> rows (of ``rows``)
     terminated: bool = False  # the interruption was SIGTERM
+    changed: int = 0  # had a row solved from other inputs (or without a fingerprint): solved again, row replaced
 
     @property
     def errors(self) -> list[Row]:
@@ -457,7 +519,7 @@ def run_batch(
     on_row: Callable[[Row], None] | None = None,
     calibration: str | None = None,
 ) -> BatchSummary:
-    """Solve ``paths``, streaming rows to ``output`` and skipping those it already holds; see the module docstring.
+    """Solve ``paths``, streaming rows to ``output``, reusing those it holds for the same inputs (module docstring).
 
     Args:
         paths: scenario files (see :func:`expand`).
@@ -491,37 +553,50 @@ def _run_batch(paths: list[str], output: str | Path | None, workers: int | None,
     t0 = time.perf_counter()
     n_workers = workers or available_cores()
     fmt = output_format(output) if output is not None else "jsonl"
+    anchor = output_anchor(output)
     previous = read_rows(output) if output is not None else []
-    wanted = {os.path.realpath(p) for p in paths}
-    done = {os.path.realpath(str(r["scenario"])) for r in previous if r["status"] != "error"}
-    todo = [p for p in paths if os.path.realpath(p) not in done]
-    kept = [r for r in previous if os.path.realpath(str(r["scenario"])) not in wanted or r["status"] != "error"]
+    cache: FileDigests = {}  # the built-in catalogs are read once for the whole batch
+    stamps = {p: (resolved_key(p, anchor), inputs_digest(p, calibration, cache)) for p in paths}
+    latest = {row_key(r, anchor): r for r in previous}  # the last row written for each file wins
+    action = {p: resume_action(latest.get(key), digest) for p, (key, digest) in stamps.items()}
+    todo = [p for p in paths if action[p] is not Resume.reuse]
+    redo = {stamps[p][0] for p in todo}
+    kept = [r for r in previous if row_key(r, anchor) not in redo]  # no stale or error row of a scenario to solve
     if output is not None and (previous or os.path.exists(output) or fmt == "csv"):
-        write_atomic(Path(output), render_rows(final_rows(kept), fmt))  # repaired: whole lines, no stale errors
+        write_atomic(Path(output), render_rows(final_rows(kept, anchor), fmt))  # repaired: whole lines, no stale rows
     if on_start is not None:
         on_start(len(todo), len(paths) - len(todo))
     fresh: list[Row] = []
     interrupted = terminated = False
     try:
-        _stream(todo, output, fmt, n_workers, backend, address, settings, fresh, on_row, calibration)
+        _stream(todo, output, fmt, n_workers, backend, address, settings, fresh, on_row, calibration, stamps)
     except KeyboardInterrupt as exc:
         interrupted, terminated = True, isinstance(exc, Terminated)
     with sigint_ignored():  # every row is in: a late Ctrl-C must not lose the summary of them
-        mine = [r for r in final_rows(kept + fresh) if os.path.realpath(str(r["scenario"])) in wanted]
+        wanted = {key for key, _ in stamps.values()}
+        mine = [r for r in final_rows(kept + fresh, anchor) if row_key(r, anchor) in wanted]
         counts = {s: sum(1 for r in mine if r["status"] == s) for s in STATUSES}
+        changed = sum(1 for a in action.values() if a is Resume.changed)
         return BatchSummary(len(paths), len(paths) - len(todo), len(fresh), mine, time.perf_counter() - t0,
-                            interrupted, counts, terminated)  # fmt: skip
+                            interrupted, counts, terminated, changed)  # fmt: skip
 
 
 def _stream(todo: list[str], output: str | Path | None, fmt: str, workers: int, backend: Backend,
             address: str | None, settings: SolverSettings, fresh: list[Row],
-            on_row: Callable[[Row], None] | None, calibration: str | None = None) -> None:  # fmt: skip
-    """Solve ``todo``, appending each row to ``fresh`` and to the output (flushed); finally rewrite it in order."""
+            on_row: Callable[[Row], None] | None, calibration: str | None = None,
+            stamps: dict[str, tuple[str, str | None]] | None = None) -> None:  # fmt: skip
+    """Solve ``todo``, appending each row to ``fresh`` and to the output (flushed); finally rewrite it in order.
+
+    ``stamps``: scenario path -> (``scenario_resolved``, ``inputs_sha256``), set on each row as it arrives.
+    """
+    anchor = output_anchor(output)
     stream = open_append(output) if output is not None else None
     rows = (_ray_rows(todo, workers, address, settings, calibration) if backend is Backend.ray
             else _local_rows(todo, workers, settings, calibration))  # fmt: skip
     try:
         for row in rows:
+            if stamps is not None and row["scenario"] in stamps:
+                row["scenario_resolved"], row["inputs_sha256"] = stamps[row["scenario"]]
             fresh.append(row)
             if stream is not None:
                 try:
@@ -540,4 +615,4 @@ def _stream(todo: list[str], output: str | Path | None, fmt: str, workers: int, 
                     stream.close()
                 except OSError:
                     pass  # reported by the write that failed, or by the rewrite below
-                write_atomic(Path(output), render_rows(final_rows(read_rows(output)), fmt))  # type: ignore[arg-type]
+                write_atomic(Path(output), render_rows(final_rows(read_rows(output), anchor), fmt))  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ from optimizer.inputs.catalog import (
     default_offer_files,
     load_catalog,
     load_scenario,
+    named_file,
     resolve_model,
     resolve_offer_file,
     scenario_offer_files,
@@ -64,10 +65,7 @@ def with_overlay(catalog: Catalog, sc: Scenario, path: str | Path, ov: Overrides
     if ov.calibration is not None:
         loaded = load_overlay(ov.calibration, str(path), "--calibration")
     elif sc.calibration is not None:
-        file = Path(sc.calibration)
-        if not file.is_absolute() and not file.exists():
-            file = Path(path).parent / file
-        loaded = load_overlay(file, str(path), "calibration")
+        loaded = load_overlay(named_file(sc.calibration, path), str(path), "calibration")
     else:
         return catalog
     return replace(catalog, calibration={**catalog.calibration, "overlay": loaded})
