@@ -622,7 +622,10 @@ class PlanPins(Strict):
     optimizer: OptimizerName | None = Field(None, description="as training.optimizer")
     checkpointing: Checkpointing | None = Field(None, description="activation checkpointing level")
     term: Annotated[Term | None, BeforeValidator(_term_from_plan)] = Field(
-        None, description="rental term every billed unit uses (a mix such as month+hour pins nothing)"
+        None,
+        description="rental term every billed unit uses; second and minute, which solve --json writes for an hourly "
+        "price billed in those increments, are read back as hour (so a solved plan can be estimated as written); a "
+        "mix such as month+hour pins nothing",
     )
     capacity: Literal["on_demand", "spot"] | None = Field(None, description="rent on-demand or spot capacity")
     billed_units: dict[str, int] | None = Field(None, description="ignored on input; present in solver output")

@@ -36,6 +36,18 @@ class Plan(Strict):
     attention: Attention | None = None  # the kernel run on this GPU (models/attention.py: flash needs sm80+)
     capacity: Literal["on_demand", "spot"] = "on_demand"
 
+    @model_serializer(mode="wrap")
+    def _contract_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Every decision, except ``shard_group`` on a plan that is not hybrid-sharded (docs/json-contract.md).
+
+        Left out rather than null: absent means full sharding over dp, and read back as a pin (``estimate``) an
+        absent key is the same as a null one.
+        """
+        doc = handler(self)
+        if doc.get("shard_group") is None:
+            doc.pop("shard_group", None)
+        return doc
+
 
 class MemoryReport(Strict):
     """Per-GPU peak memory in bytes by component, plus host memory needed for offload."""
