@@ -33,7 +33,7 @@ def estimate_json(est: Estimate) -> dict[str, Any]:
 def solve_json(result: SolveResult) -> dict[str, Any]:
     """JSON of a solve: the contract's five keys, plus ``explanation`` when infeasible.
 
-    With ``--top N`` (N > 1) and a plan, ``alternatives`` lists the next best plans #2..#N (top_json); without it
+    With ``--top N`` (N > 1) and a plan, ``next_best`` lists the next best plans #2..#N (top_json); without it
     the document is the plain one, key for key.
     """
     doc = estimate_json(result.best)
@@ -58,9 +58,9 @@ def solve_json(result: SolveResult) -> dict[str, Any]:
     if result.searched is not None:  # the time limit cut the build short: the plan is the best of the offers seen
         doc["cut_short"] = {"offers_searched": result.searched[0], "offers": result.searched[1],
                             "text": cut_short_text(result.searched)}  # fmt: skip
-    alternatives = top_json(result)
-    if alternatives is not None:
-        doc["alternatives"] = alternatives
+    next_best = top_json(result)
+    if next_best is not None:
+        doc["next_best"] = next_best
     return doc
 
 
