@@ -242,10 +242,10 @@ MUTATIONS: list[Mutation] = [
     _m("solver-tolerance-ignored", "solver", SOLVER, r"bound = band_limit\(value, tolerance\)",
        "bound = value", ["tests/test_tolerance.py"], "the tolerance band never widened (issue 20 item 5)"),
     _m("space-risk-ignored", "solver", SPACE,
-       r'at_risk = mem\["total"\] \* memory_ratios\(scenario, accuracy, gpus, offer_idx, cfg, nodes\)',
+       r'at_risk = mem\["total"\] \* memory_ratios\(scenario, accuracy, gpus, offer_idx, cfg, nodes,\n.*\)',
        'at_risk = mem["total"]', ["tests/test_risk.py"], "plans fitted at the prediction, not the risk (item 4)"),
     _m("space-memory-cell-ignored", "solver", SPACE,
-       r'at_risk = mem\["total"\] \* memory_ratios\(scenario, accuracy, gpus, offer_idx, cfg, nodes\)',
+       r'at_risk = mem\["total"\] \* memory_ratios\(scenario, accuracy, gpus, offer_idx, cfg, nodes,\n.*\)',
        'at_risk = mem["total"] * memory_risk(scenario, cal)', ["tests/test_memory_cell_high.py"],
        "plans fitted at the overall memory band, not their own cell's (the worst run like them)"),
     # ---- pareto

@@ -14,7 +14,7 @@ from optimizer.report.reference import PAGE
 from .conftest import REPO
 
 CONTRACT = REPO / "docs" / "json-contract.md"
-SOLVE_ONLY = ("trade_off", "bound", "cut_short")  # added after the estimate's keys by report.plan.solve_json
+SOLVE_ONLY = ("trade_off", "bound", "cut_short", "next_best")  # appended after the estimate's keys by solve_json
 
 
 def _rows() -> dict[str, str]:
