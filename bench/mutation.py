@@ -387,6 +387,10 @@ MUTATIONS: list[Mutation] = [
     _m("coverage-moe-ignored", "timing", "optimizer/models/coverage.py",
        r'return f"\{method\}\+moe" if experts > 1 else method', "return method", ["tests/test_moe_coverage.py"],
        "a Mixtral plan matched the dense LoRA runs' cell and printed a narrow band"),
+    _m("coverage-arch-ceiling-dropped", "timing", "optimizer/models/coverage.py",
+       r"    return best_hfu_on_arch\(accuracy, plan_cell, precision\)\n", "    return None\n",
+       ["tests/test_efficiency_ceiling.py"],
+       "a plan no published run is like keeps a band for HFU 77% on A100s, above every ampere run (73.7%)"),
     # ---- launch values of the newer engines
     _m("launch-torchtune-rank-is-alpha", "launch", LAUNCH_FILES, r'block\["lora_rank"\] = spec\.rank',
        'block["lora_rank"] = spec.alpha', ENGINE_TESTS, "torchtune lora_rank set to the LoRA alpha"),

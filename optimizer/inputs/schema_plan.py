@@ -128,9 +128,10 @@ class TimeBand(Strict):
     # peer-to-peer between the cards of a node; models/coverage.py); false: the band is widened and the output says
     # "no published run like this"
     published_run_like_this: bool | None = None
-    # the highest hardware FLOPs utilisation a published run of the plan's cell and precision reached (None: no
-    # run); when the plan's predicted time.hfu is above it, above_published_runs is true and hours_p90 is at least
-    # the time at that efficiency
+    # the highest hardware FLOPs utilisation a published run of the plan's cell and precision reached, or, when no
+    # run lies in the cell, any run on its GPU architecture in that precision (None: no run); when the plan's
+    # predicted time.hfu is above it, above_published_runs is true and hours_p90 is at least the time at that
+    # efficiency
     best_published_hfu: float | None = None
     above_published_runs: bool | None = None
     # true: several cards of a node reach each other only through host memory, and the band is widened to the

@@ -59,6 +59,8 @@ NO_P2P = ("no peer-to-peer between the cards of a node (collectives through host
 WORST_RUN = "a measured run like this peaked {ratio:.2f}x its prediction ({case}): band widened to it"
 ABOVE_RUNS = ("predicted hardware FLOPs utilisation {hfu:.1%} is above every published run like this "
               "(best {best:.1%}): the slow end assumes only that efficiency")
+ABOVE_ARCH = ("predicted hardware FLOPs utilisation {hfu:.1%} is above every published run on this GPU architecture "
+              "(best {best:.1%}, any engine or method): the slow end assumes only that efficiency")
 
 
 def sharding_class(zero_stage: int) -> str:
@@ -195,6 +197,38 @@ def best_hfu(accuracy: Mapping[str, Any], plan_cell: str | None, precision: str)
         return None
     best = (cov.get("best_hfu") or {}).get(ceiling_key(plan_cell, precision))
     return None if best is None else float(best)
+
+
+def above_text(like: bool | None, hfu: float, best: float | None) -> str:
+    """The winner's-curse line: above the runs of the plan's cell, or (none in it) of its GPU architecture."""
+    return (ABOVE_RUNS if like else ABOVE_ARCH).format(hfu=hfu, best=best)
+
+
+def best_hfu_on_arch(accuracy: Mapping[str, Any], plan_cell: str | None, precision: str) -> float | None:
+    """The highest HFU any published run on the plan's GPU architecture reached in its precision, or None.
+
+    The ceiling of a plan no published run is like (the winner's curse where nothing measured looks like the plan):
+    the solver's favourite plans are those the model is most optimistic about, and outside every cell only the
+    architecture's best run bounds that optimism (ampere bf16: 73.7%, llm-foundry under HF FSDP).
+    """
+    cov = accuracy.get("time_coverage")
+    if cov is None or plan_cell is None:
+        return None
+    arch = plan_cell.split("/", 1)[0]
+    values = [float(v) for k, v in (cov.get("best_hfu") or {}).items()
+              if k.startswith(f"{arch}/") and k.endswith(f"/{precision}")]  # fmt: skip
+    return max(values) if values else None
+
+
+def hfu_ceiling(accuracy: Mapping[str, Any], plan_cell: str | None, precision: str) -> float | None:
+    """The efficiency a plan's slow end is held to, or None.
+
+    Its cell's best published HFU when a run lies in the cell, else the best on its GPU architecture
+    (:func:`best_hfu_on_arch`).
+    """
+    if covered(accuracy, plan_cell):
+        return best_hfu(accuracy, plan_cell, precision)
+    return best_hfu_on_arch(accuracy, plan_cell, precision)
 
 
 def ceiling_ratio(hfu: float, best: float | None) -> float:

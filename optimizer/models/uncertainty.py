@@ -177,7 +177,7 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
                                                    p.nodes, cov.staged(p2p, p.cards, p.nodes))  # fmt: skip
     like = cov.covered(accuracy, plan_cell)
     tim = cov.widened(tim, accuracy, plan_cell, like is False)
-    best = cov.best_hfu(accuracy, plan_cell, p.precision.value) if like else None
+    best = cov.hfu_ceiling(accuracy, plan_cell, p.precision.value) if like is not None else None
     above = None if best is None or t.hfu is None else t.hfu > best
     if above:
         tim = {**tim, "ratio_p90": max(float(tim["ratio_p90"]), cov.ceiling_ratio(t.hfu, best))}

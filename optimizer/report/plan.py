@@ -12,7 +12,7 @@ from optimizer.inputs.atomic import write_atomic
 from optimizer.inputs.schema_plan import Estimate
 from optimizer.inputs.terminal import escape
 from optimizer.launch import exporters
-from optimizer.models.coverage import ABOVE_RUNS, NO_P2P, NO_RUN, WORST_RUN
+from optimizer.models.coverage import NO_P2P, NO_RUN, WORST_RUN, above_text
 from optimizer.models.uncertainty import headroom_for_p90
 from optimizer.report.measure import calibration_lines
 from optimizer.report.offer import renting_lines
@@ -276,7 +276,7 @@ def uncertainty_lines(est: Estimate) -> list[str]:
         + (f"; at the slow end: {', '.join(holds)}" if holds else ""),
     ] + ([f"  time: {NO_RUN}"] if ut.published_run_like_this is False else []) + (
         [f"  time: {NO_P2P}"] if ut.no_peer_to_peer else []) + (
-        [f"  time: {ABOVE_RUNS.format(hfu=est.time.hfu, best=ut.best_published_hfu)}"]
+        [f"  time: {above_text(ut.published_run_like_this, est.time.hfu, ut.best_published_hfu)}"]
         if ut.above_published_runs and est.time is not None and est.time.hfu is not None else []) + (
         [f"  memory: {NO_RUN}"] if um.published_run_like_this is False else []) + (
         [f"  memory: {WORST_RUN.format(ratio=um.worst_run_like_this.ratio, case=um.worst_run_like_this.case)}"]

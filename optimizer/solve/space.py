@@ -954,7 +954,7 @@ def slow_end_ratios(scenario: Scenario, accuracy: Mapping[str, Any], cand: Evalu
     ratio = time_ratios(accuracy, framework, prec, nodes, risk, cells)[inverse.ravel()]
     if risk == "p50":
         return ratio
-    best = np.array([cov.best_hfu(accuracy, c, p) or np.nan for c, p in zip(cells, prec, strict=True)])
+    best = np.array([cov.hfu_ceiling(accuracy, c, p) or np.nan for c, p in zip(cells, prec, strict=True)])
     return np.maximum(ratio, cov.ceiling_ratios(cand.time["hfu"], best[inverse.ravel()]))
 
 

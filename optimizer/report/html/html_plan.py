@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from optimizer.inputs.catalog import load_catalog
-from optimizer.models.coverage import ABOVE_RUNS, NO_P2P, NO_RUN, WORST_RUN
+from optimizer.models.coverage import NO_P2P, NO_RUN, WORST_RUN, above_text
 from optimizer.report.html.html_shell import GIB, Cell, bullets, cell, definitions, esc, gib, money, num, section, table
 from optimizer.report.html.html_svg import band, stacked_bar
 from optimizer.report.offer import figure
@@ -186,7 +186,8 @@ def time_cost_section(doc: dict[str, Any], bound: dict[str, Any] | None = None) 
         if ut.get("no_peer_to_peer"):
             facts.append(("Evidence", esc(NO_P2P)))
         if ut.get("above_published_runs") and t.get("hfu") is not None:
-            facts.append(("Evidence", esc(ABOVE_RUNS.format(hfu=t["hfu"], best=ut["best_published_hfu"]))))
+            above = above_text(ut["published_run_like_this"], t["hfu"], ut["best_published_hfu"])
+            facts.append(("Evidence", esc(above)))
     if uc:
         lo, hi = money(uc["total_p10"], uc["currency"]), money(uc["total_p90"], uc["currency"])
         facts.append(("Bill, 10th-90th", f"{lo} to {hi}" + _holds("budget", uc.get("within_budget_p90"))))
