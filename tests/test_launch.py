@@ -420,3 +420,37 @@ def test_a_pinned_selective_hf_plan_says_its_files_recompute_whole_layers():
     assert settings["training_arguments"]["activation_checkpointing"] is True
     plain = launch_settings(_scenario("full"), _plan(checkpointing="full"), cards_per_node=8)
     assert not any("per-op selective" in n for n in plain["notes"])
+
+
+def test_an_fsdp_plan_priced_with_a_reduce_per_micro_batch_launches_sync_each_batch():
+    """training.reduce_every_micro_batch: true is priced with sharded gradients; the Trainer would accumulate under
+    no_sync (unsharded) unless accelerate's sync_each_batch is on."""
+    synced = hf_arguments(_scenario("full", sharding="fsdp", reduce_every_micro_batch=True), _plan(offload="all"))
+    assert synced["accelerator_config"] == {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
+    default = hf_arguments(_scenario("full", sharding="fsdp"), _plan(offload="all"))
+    assert "accelerator_config" not in default
+    one_step = hf_arguments(_scenario("full", sharding="fsdp", reduce_every_micro_batch=True), _plan(grad_accum=1,
+                                                                                                    dp=64))
+    assert "accelerator_config" not in one_step
+
+
+def test_lora_targets_an_engine_changes_are_said_or_launched():
+    """lm_head in the targets: torchtune applies LoRA to the output (apply_lora_to_output), except on Llama-3.2's
+    tied output, which its builders refuse; NeMo has no lm_head target and fuses q/k/v: both say so."""
+    def settings(framework, model, targets):
+        doc = scenario_doc(model=model, method="lora", lora={"rank": 8, "alpha": 16, "targets": targets},
+                           training={"framework": framework})  # fmt: skip
+        return launch_settings(Scenario(**doc), _plan(offload="none", zero_stage=0, cards=1, nodes=1, dp=1,
+                                                     grad_accum=32), cards_per_node=8)  # fmt: skip
+
+    tt = settings("torchtune", "Llama-3.1-8B", ["q_proj", "v_proj", "lm_head"])
+    assert tt["torchtune"]["model"]["apply_lora_to_output"] is True
+    tied = settings("torchtune", "Llama-3.2-3B", ["q_proj", "v_proj", "lm_head"])
+    assert tied["torchtune"]["model"]["apply_lora_to_output"] is False
+    assert any("lm_head adapter the plan priced is left off" in n for n in tied["notes"])
+    nemo = settings("nemo", "Llama-3.1-8B", ["q_proj", "v_proj", "lm_head"])
+    notes = " ".join(nemo["notes"])
+    assert nemo["nemo"]["peft"]["target_modules"] == ["linear_qkv"]
+    assert "lm_head adapter the plan priced is left off" in notes and "linear_qkv fuses" in notes
+    plain = settings("nemo", "Llama-3.1-8B", ["all-linear"])
+    assert not any("LoRA" in n or "fuses" in n for n in plain.get("notes", []))

@@ -84,8 +84,9 @@ def test_every_engine_writes_rows_of_seq_len_as_the_plan_counts_them(packing):
     assert tt["dataset"] == {"packed": packing} and tt["tokenizer"] == {"max_seq_len": 4096}
     nemo = launch_settings(_scenario("nemo", seq_len=4096, data=data), plan, 8)["nemo"]["data"]
     rows = plan.micro_batch * plan.grad_accum * plan.dp  # 32 rows of 4096 tokens per step
-    if packing:  # NeMo packs with micro-batch 1 only: 2 rows of 4096 become one of 8192, half as many per step
-        assert nemo == {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 16,
+    if packing:  # NeMo packs with micro-batch 1 only: 2 rows of 4096 become one of 8192, half as many per step; the
+        # dataset cuts each pack (and its cu_seqlens) at seq_length, so that is 8192 too
+        assert nemo == {"seq_length": 8192, "micro_batch_size": 1, "global_batch_size": 16,
                         "packed_sequence_specs": {"packed_sequence_size": 8192}}  # fmt: skip
     else:
         assert nemo == {"seq_length": 4096, "micro_batch_size": 2, "global_batch_size": rows}

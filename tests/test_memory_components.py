@@ -244,3 +244,17 @@ def test_megatron_selective_keeps_every_tensor_but_the_attention_core(attention)
     hf = job(arch=LLAMA31_8B, framework="hf", attention=attention, seq_len=4096)
     per_op = _one(activations.activation_bytes, hf, cfg(checkpointing="selective"))
     assert per_op < 0.5 * _one(activations.activation_bytes, hf, cfg(checkpointing="none"))
+
+
+def test_offload_all_leaves_a_no_sync_accumulations_unsharded_gradients_on_the_gpu():
+    """The HF Trainer under FSDP accumulates inside no_sync: each rank holds the full gradient until the last
+    micro-batch, on the device even with CPU offload (only the reduced shards move). offload all used to zero it,
+    so 70B full fine-tuning on 8 H100s planned 36 GiB per card where the launched job holds 282 GB of gradients."""
+    j = job(arch=LLAMA31_8B, framework="hf", sharding="fsdp")
+    accumulating = dataclasses.replace(cfg(zero=3, dp=8, offload="all", grad_accum=4), shard=np.array([8]))
+    held = _one(memory.gradient_bytes, j, accumulating)
+    assert memory.holds_unsharded_gradients(j, accumulating, consts()).all()
+    assert held == pytest.approx(LLAMA31_8B.total_params * 4, rel=0.01)  # HF FSDP's fp32 gradients, unsharded
+    synced = dataclasses.replace(j, reduce_every_micro_batch=True)
+    assert _one(memory.gradient_bytes, synced, accumulating) == 0  # reduced every micro-batch: shards on the host
+    assert _one(memory.gradient_bytes, j, dataclasses.replace(accumulating, grad_accum=np.array([1]))) == 0

@@ -155,7 +155,7 @@ def test_written_launch_files_reproduce_the_global_batch(case, write_scenario, r
         micro = _find(d, "per_device_train_batch_size") + _find(d, "train_micro_batch_size_per_gpu") + _find(
             d, "micro_batch_size") + _find(d, "batch_size")  # fmt: skip
         packed = _find(d, "packed_sequence_size")  # NeMo packs m rows of seq_len into one row of m x seq_len
-        per_row = int(packed[0]) // _one(d, "seq_length") if packed else 1
+        per_row = int(packed[0]) // int(doc["seq_len"]) if packed else 1
         micro = [int(m) * per_row for m in micro]
         for m in micro:
             assert int(m) == 2, f"{name}: micro-batch {m}"

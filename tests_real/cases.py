@@ -86,6 +86,8 @@ def _variants() -> dict[str, dict[str, Any]]:
     out["fsdp-2nodes"] = _variant("hf_fsdp", cards=16, zero_stage=3, offload="none")
     # hybrid sharding (HSDP): accelerate HYBRID_SHARD, Axolotl dp_shard_size / dp_replicate_size
     out["fsdp-2nodes-hybrid"] = _variant("hf_fsdp", cards=16, zero_stage=3, offload="none", shard_group=8)
+    out["fsdp-sync-each-batch"] = _variant("hf_fsdp", zero_stage=3, offload="none", micro_batch=1,
+                                           training={"reduce_every_micro_batch": True})  # fmt: skip
     out["tt-full-z3"] = _variant("torchtune", zero_stage=3, offload="none")
     out["tt-full-z2"] = _variant("torchtune", zero_stage=2, offload="none")
     out["tt-full-offload"] = _variant("torchtune", zero_stage=3, offload="all")

@@ -56,7 +56,9 @@ def test_ddp_and_optimizer_configs_accept_the_sharding_and_offload(name):
     if case.plan.zero_stage >= 2:
         assert ddp.use_megatron_fsdp
     data = nemo["data"]  # packed: m rows of seq_len per micro-batch become one row of m x seq_len (NeMo's own rule)
-    rows = data.get("packed_sequence_specs", {}).get("packed_sequence_size", data["seq_length"]) // data["seq_length"]
+    packed = data.get("packed_sequence_specs", {}).get("packed_sequence_size")
+    rows = 1 if packed is None else packed // case.scenario.seq_len
+    assert packed is None or data["seq_length"] == packed  # the dataset cuts each pack at seq_length
     assert data["global_batch_size"] * rows == case.scenario.global_batch
     assert data["micro_batch_size"] * rows == case.plan.micro_batch
 

@@ -89,6 +89,10 @@ def hf_arguments(scenario: Scenario, plan: Plan) -> dict[str, Any]:
         args["activation_offloading"] = True  # TRL SFTConfig only (huggingface/trl trl/trainer/sft_config.py)
     if uses_deepspeed(scenario, plan):
         args["deepspeed"] = "ds_config.json"
+    if uses_fsdp(scenario, plan) and scenario.training.reduce_every_micro_batch and plan.grad_accum > 1:
+        # the Trainer accumulates under accelerator.no_sync (unsharded gradients held to the last micro-batch) unless
+        # accelerate's sync_each_batch reduce-scatters every micro-batch, which the plan was priced with
+        args["accelerator_config"] = {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
     return args
 
 

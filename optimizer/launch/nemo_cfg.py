@@ -89,18 +89,38 @@ def data_module(scenario: Scenario, plan: Plan) -> dict[str, Any]:
 
     Packed, NeMo takes micro-batch 1 only and names the equivalent of m rows of s tokens: one row of m x s tokens
     (``PackedSequenceSpecs.packed_sequence_size``) and the global batch divided by m (NVIDIA/NeMo
-    nemo/collections/llm/gpt/data/fine_tuning.py validate_batch_size_for_packed_sequence). ``seq_length`` is where a
-    longer sample is cut.
+    nemo/collections/llm/gpt/data/fine_tuning.py validate_batch_size_for_packed_sequence). Packed, ``seq_length`` is
+    that row's length too: the dataset takes it as ``max_seq_length`` and its collate function cuts the pack and its
+    ``cu_seqlens`` there, and NVIDIA's packing examples set the two equal (Megatron-Bridge packed-sequences docs:
+    seq_length = packed_sequence_size). Unpacked, it is where a longer sample is cut.
     """
     rows = plan.micro_batch * plan.grad_accum * plan.dp
     if not scenario.data.packing:
         return {"seq_length": scenario.seq_len, "micro_batch_size": plan.micro_batch, "global_batch_size": rows}
     return {
-        "seq_length": scenario.seq_len,
+        "seq_length": scenario.seq_len * plan.micro_batch,
         "micro_batch_size": 1,
         "global_batch_size": rows // plan.micro_batch,
         "packed_sequence_specs": {"packed_sequence_size": scenario.seq_len * plan.micro_batch},
     }
+
+
+def lora_notes(scenario: Scenario) -> list[str]:
+    """What NeMo's LoRA adapts differently from the scenario's targets (Megatron fuses q/k/v and gate/up)."""
+    spec = scenario.lora_spec
+    names = set() if scenario.method is Method.full or spec is None else {str(t) for t in spec.targets}
+    if not names or "all-linear" in names and "lm_head" not in names:
+        return []
+    notes = []
+    if "lm_head" in names:
+        notes.append("NeMo 2 LoRA adapts linear_qkv, linear_proj, linear_fc1 and linear_fc2 only: the lm_head adapter "
+                     "the plan priced is left off")  # fmt: skip
+    for fused, group in (("linear_qkv", {"q_proj", "k_proj", "v_proj"}), ("linear_fc1", {"gate_proj", "up_proj"})):
+        asked = names & group
+        if "all-linear" not in names and asked and asked != group:
+            notes.append(f"NeMo's {fused} fuses {', '.join(sorted(group))}: adapting it adapts all of them, not only "
+                         f"{', '.join(sorted(asked))}")  # fmt: skip
+    return notes
 
 
 def lora_peft(scenario: Scenario) -> dict[str, Any] | None:
@@ -136,6 +156,7 @@ def nemo_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[
     peft = lora_peft(scenario)
     if peft is not None:
         keys["peft"] = peft
+        notes += lora_notes(scenario)
     if scenario.frozen_base_bits < 16:
         notes.append("NeMo 2 LoRA trains over a 16-bit base: it has no 4/8-bit (QLoRA) base")
     if plan.optimizer not in MEGATRON_OPTIMIZER:

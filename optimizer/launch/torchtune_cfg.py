@@ -97,7 +97,16 @@ def model_component(scenario: Scenario) -> tuple[dict[str, Any], list[str]]:
         every = targets == "all-linear"
         block["lora_attn_modules"] = list(_ATTN.values()) if every else [_ATTN[t] for t in targets if t in _ATTN]
         block["apply_lora_to_mlp"] = every or any(t in _MLP for t in targets)
-        block["apply_lora_to_output"] = False
+        mlp = set() if every else {t for t in targets if t in _MLP}
+        if mlp and mlp != _MLP:
+            notes.append(f"torchtune adapts all three MLP projections (apply_lora_to_mlp), not only "
+                         f"{', '.join(sorted(mlp))}: more adapters than the plan priced")  # fmt: skip
+        output = not every and "lm_head" in targets
+        tied = entry is not None and entry[0] == "llama3_2"  # its 1B/3B builders raise: the output is tied
+        block["apply_lora_to_output"] = output and not tied
+        if output and tied:
+            notes.append(f"torchtune's {entry[0]} builders refuse LoRA on the output layer (tied to the embeddings): "
+                         "the lm_head adapter the plan priced is left off")  # fmt: skip
         block["lora_rank"] = spec.rank
         block["lora_alpha"] = spec.alpha
         block["lora_dropout"] = spec.dropout

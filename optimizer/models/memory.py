@@ -231,7 +231,8 @@ def gradient_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndar
     (stage_1_and_2.py, stage3.py): ZeRO-2 = 2P + 18P/N with 18 = 2 + 4 (grads) + 12 (optimizer); ZeRO-3 =
     18P/N + 4 P_ll with 18 = 2 (params) + 4 (fp32 grads) + 12. With offload (stage >= 1) the fp32 partitions
     and, from stage 2, the 16-bit gradients live on the CPU: ZeRO-2 offload = 2P, ZeRO-3 offload = 4 P_ll + 2P/N.
-    FSDP accumulating without a reduce per micro-batch (:func:`holds_unsharded_gradients`) holds them unsharded.
+    FSDP accumulating without a reduce per micro-batch (:func:`holds_unsharded_gradients`) holds them unsharded, on
+    the GPU even under ``offload: all`` (only the reduced shards move to the host).
     Optimizer in backward (``training.optimizer_in_backward``, torchtune optimizer_in_bwd; gradient accumulation
     1 only): each parameter is stepped and its gradient freed as soon as it is produced, so at most the largest
     module's gradients, min(P_train, P_ll) x g16 / (t p), are held (formulas.md section 8, "G ~ 0").
@@ -251,7 +252,10 @@ def gradient_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndar
         # one module's gradients live at a time (formulas.md section 8: G ~ 0 with optimizer-in-backward)
         one = min(trainable_params(job), largest_module_params(job)) * b["grad16"] / split
         grads = np.where(cfg.grad_accum <= 1, np.minimum(grads, one), grads)
-    return _i64(np.where((cfg.zero_stage >= 3) & (cfg.offload == _ALL), 0.0, grads))
+    # offload all keeps the sharded gradients on the host, but not the unsharded ones a no_sync accumulation holds on
+    # the GPU until its last micro-batch (torch FSDP1 accumulates inside no_sync on the device with CPU offload)
+    on_host = (cfg.zero_stage >= 3) & (cfg.offload == _ALL) & ~holds_unsharded_gradients(job, cfg, consts)
+    return _i64(np.where(on_host, 0.0, grads))
 
 
 def optimizer_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:

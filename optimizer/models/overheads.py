@@ -65,9 +65,11 @@ def failure_seconds(train_s: np.ndarray, mtbi_s: np.ndarray, restart_s: np.ndarr
 
 
 def disk_need_bytes(job: Job, ckpt_bytes: np.ndarray, nodes: np.ndarray, kept: int) -> np.ndarray:
-    """Local disk per node, (n,): the base model in its stored width (16-bit, or k-bit) + ``kept`` checkpoint shards.
+    """Local disk per node, (n,): the base model as published (16-bit) + ``kept`` checkpoint shards.
 
-    The dataset is not counted (its size on disk depends on the format); the requirement line says so.
+    A QLoRA base is downloaded in 16 bits too and quantised as it is loaded (bitsandbytes load_in_4bit, torchtune's
+    NF4 builders, LLaMA-Factory quantization_bit), so it needs its 16-bit size on disk, not its 4-bit size in
+    memory. The dataset is not counted (its size on disk depends on the format); the requirement line says so.
     """
-    base = job.arch.total_params * (2.0 if job.base_bits >= 16 else job.base_bits / 8.0)
+    base = job.arch.total_params * 2.0
     return base + kept * ckpt_bytes / np.maximum(nodes, 1).astype(np.float64)

@@ -260,7 +260,10 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
                                space.scenario.training.sharding.value, method, plan.zero_stage,
                                plan.offload.value, plan.nodes)  # fmt: skip
         u = u.model_copy(update={"risk": risk_use(space.scenario, accuracy, memory.total, capacity, mem_cell)})
-        est = est.model_copy(update={"uncertainty": u})
+        # the step-time stop line at the plan's own band (widened outside the published runs, without P2P, above
+        # the efficiency ceiling), not the group's: a plan the band expects to run 1.9x slower is not stopped at 1.3x
+        items = checklist.for_row(space, i, u.time.ratio_p90)
+        est = est.model_copy(update={"uncertainty": u, "checklist": items})
     return est
 
 
