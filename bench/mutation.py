@@ -408,6 +408,13 @@ MUTATIONS: list[Mutation] = [
     _m("torchtune-lora-output-dropped", "launch", "optimizer/launch/torchtune_cfg.py",
        r'block\["apply_lora_to_output"\] = output and not tied', 'block["apply_lora_to_output"] = False',
        ["tests/test_launch.py"], "an lm_head adapter the plan priced, silently left off torchtune's model"),
+    _m("hosts-saves-beyond-steps", "timing", "optimizer/models/hosts.py",
+       r"saves = np\.minimum\(overheads\.saves_count\(train, interval / 3600\.0\), float\(job\.steps\)\)",
+       "saves = overheads.saves_count(train, interval / 3600.0)", ["tests/test_offers_hosts.py"],
+       "1,084 checkpoint saves counted inside a single optimizer step"),
+    _m("catalog-config-dtype-key-ignored", "solver", "optimizer/inputs/catalog.py",
+       r'for key in \("dtype", "torch_dtype"\):', 'for key in ("torch_dtype",):', ["tests/test_hf_config.py"],
+       "a transformers-5 config.json (dtype) read as having no dtype: a bf16 model planned in fp16 unwarned"),
     # ---- launch values of the newer engines
     _m("launch-torchtune-rank-is-alpha", "launch", LAUNCH_FILES, r'block\["lora_rank"\] = spec\.rank',
        'block["lora_rank"] = spec.alpha', ENGINE_TESTS, "torchtune lora_rank set to the LoRA alpha"),

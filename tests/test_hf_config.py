@@ -148,3 +148,10 @@ def test_dense_blocks_of_moe_configs_are_counted(tmp_path):
     arch = _import(tmp_path, deepseek_moe)
     assert (arch.experts, arch.shared_experts, arch.dense_layers, arch.moe_layers) == (64, 2, 1, 23)
     assert arch.mlp_widths == ((1, 5632), (23 * 64, 1408), (23 * 2, 1408))
+
+
+@pytest.mark.parametrize("key", ["dtype", "torch_dtype"])
+def test_the_published_dtype_is_read_under_either_name(tmp_path, key):
+    """transformers >= 4.56 writes config.json "dtype"; reading only "torch_dtype" let a bf16 model be planned in
+    fp16 on a V100 with no warning."""
+    assert _import(tmp_path, {**QWEN25_7B, key: "bfloat16"}).torch_dtype == "bfloat16"

@@ -371,3 +371,20 @@ def test_a_qlora_plans_disk_holds_the_16_bit_download():
     line = next(r for r in est.requirements if r.startswith("disk"))
     gb = float(line.split(" GB of local disk")[0].split()[-1].replace(",", ""))
     assert gb >= 70.55e9 * 2 / 1e9
+
+
+def test_a_job_shorter_than_one_step_saves_at_most_once_per_step_and_says_so(tmp_path):
+    """global_batch x seq_len above the data: one step of 4.1e10 tokens; the saves were counted by the hour (1,084
+    of them inside one step) and nothing said the data was rounded up to a whole step."""
+    doc = scenario_doc(global_batch=10_000_000, data={"tokens": 1.0e8, "epochs": 1}, catalog="us")
+    est = solve_scenario(write(tmp_path, doc)).best
+    assert est.time is not None and est.time.steps == 1 and est.time.checkpoint_saves == 1
+    assert any("one optimizer step takes global_batch x seq_len" in n for n in est.notes)
+
+
+def test_the_risk_line_says_over_when_the_peak_at_risk_is_over(tmp_path):
+    from optimizer.report.plan import uncertainty_lines
+
+    est = estimate_scenario(REPO / "scenarios" / "7b-lora.yaml", {"gpu": "RTX-3060", "cards": 1, "micro_batch": 8})
+    assert est.memory is not None and not est.memory.fits
+    assert " OVER " in uncertainty_lines(est)[0] and " within " not in uncertainty_lines(est)[0]

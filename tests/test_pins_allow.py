@@ -50,3 +50,20 @@ def test_base_bits_that_contradict_the_method_are_refused(write_scenario, run_cl
 def test_lora_over_an_8_bit_base_stays_allowed(write_scenario, run_cli):
     done = run_cli("solve", write_scenario(training={"framework": "hf", "base_bits": 8}))
     assert done.exit_code in (0, 1), done.output
+
+
+def test_risk_p99_with_risk_limits_is_refused_at_load_for_every_command(write_scenario, run_cli):
+    """It surfaced late, without the file's name, and only on the solve path (estimate and portfolio took it)."""
+    path = write_scenario(risk="p99", risk_limits=True)
+    for command in (("solve", path), ("estimate", path, "--gpu", "H100-SXM", "--cards", "1", "--micro-batch", "1")):
+        done = run_cli(*command)
+        assert done.exit_code == 2 and f"{path}: risk_limits: " in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_numeric_string_width_reads_like_the_number(write_scenario, run_cli):
+    """hidden: "4096" was refused with 'hidden (4096) must be divisible by heads (32)', which it is."""
+    model = {"name": "toy", "layers": 4, "hidden": "4096", "intermediate": 11008, "heads": 32, "kv_heads": 8,
+             "vocab": 32000}  # fmt: skip
+    done = run_cli("solve", write_scenario(model=model))
+    assert done.exit_code in (0, 1) and "divisible" not in done.stderr, done.stderr

@@ -229,6 +229,9 @@ def load_scenario(path: str | Path) -> Scenario:
     problem = method_bits_problem(scenario)
     if problem is not None:
         raise InputError(str(path), "training.base_bits", problem)
+    if scenario.risk_limits and scenario.risk.value == "p99":  # the time model's bands stop at p90
+        raise InputError(str(path), "risk_limits", "risk p99 is memory only (the time model has no p99 band): "
+                         "allowed: risk p50 or p90 with risk_limits, or risk_limits false")  # fmt: skip
     if scenario.name is None:
         scenario = scenario.model_copy(update={"name": Path(path).stem})
     return scenario
@@ -268,6 +271,18 @@ _HF_KEYS = {
 }
 
 
+def config_dtype(cfg: Any) -> str | None:
+    """The published weights' dtype of a config.json, or None when it names none of bfloat16, float16, float32.
+
+    ``dtype`` (transformers >= 4.56 writes it), else ``torch_dtype`` (earlier releases).
+    """
+    for key in ("dtype", "torch_dtype"):
+        value = cfg.get(key) if isinstance(cfg, dict) else None
+        if value in ("bfloat16", "float16", "float32"):
+            return str(value)
+    return None
+
+
 def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
     """Build an architecture from a local HF ``config.json`` (Llama, Mistral, Qwen2, Mixtral families)."""
     p = Path(path)
@@ -293,8 +308,9 @@ def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
     if cfg.get("head_dim") is not None:  # Gemma-2: 256, not hidden / heads
         arch["head_dim"] = cfg["head_dim"]
     model_type = cfg.get("model_type")
-    if cfg.get("torch_dtype") in ("bfloat16", "float16", "float32"):  # the published weights' dtype
-        arch["torch_dtype"] = cfg["torch_dtype"]
+    dtype = config_dtype(cfg)
+    if dtype is not None:  # the published weights' dtype
+        arch["torch_dtype"] = dtype
     arch["model_type"] = str(model_type) if model_type is not None else None
     notes = []
     if model_type is not None and str(model_type) not in HF_MODEL_TYPES:
@@ -406,7 +422,7 @@ def _params_note(arch: ModelArch, catalog: Catalog, config_path: Path | None) ->
     if not published and index is not None and index.is_file():
         try:
             total = read_json(index, str(index), expected="a safetensors index")["metadata"]["total_size"]
-            dtype = read_json(config_path, str(config_path)).get("torch_dtype")  # type: ignore[arg-type]
+            dtype = config_dtype(read_json(config_path, str(config_path)))  # type: ignore[arg-type]
         except (InputError, KeyError, TypeError, AttributeError):
             total, dtype = None, None  # an unreadable index only loses the cross-check
         width = {"bfloat16": 2, "float16": 2, "float32": 4}.get(str(dtype))

@@ -190,6 +190,17 @@ class Strict(BaseModel):
 # Model architecture
 
 
+def _whole(value: Any) -> int | None:
+    """An int, or a string of digits read as one (the field's own validation accepts both); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
 class ModelArch(Strict):
     """A decoder-only transformer in HF config.json terms (Llama/Qwen/Mistral/Mixtral family).
 
@@ -242,8 +253,8 @@ class ModelArch(Strict):
     def _default_head_dim(cls, data: Any) -> Any:
         """head_dim defaults to hidden / heads when that divides evenly (the Llama/Qwen/Mistral convention)."""
         if isinstance(data, dict) and data.get("head_dim") is None:
-            hidden, heads = data.get("hidden"), data.get("heads")
-            if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads == 0:
+            hidden, heads = _whole(data.get("hidden")), _whole(data.get("heads"))  # "4096" validates as 4096 too
+            if hidden is not None and heads is not None and heads > 0 and hidden % heads == 0:
                 data = {**data, "head_dim": hidden // heads}
         return data
 

@@ -186,7 +186,7 @@ def with_overheads(job: Job, cfg: Configs, t: dict[str, np.ndarray], offers: lis
         interval = np.full(n, float(job.checkpoint_every_hours) * 3600.0)
     else:  # the interval that minimises saves + expected lost work (Young/Daly), as on spot
         interval = interruptions.young_daly_interval_s(save, mtbi)
-    saves = overheads.saves_count(train, interval / 3600.0)
+    saves = np.minimum(overheads.saves_count(train, interval / 3600.0), float(job.steps))  # a save ends a step
     lost = overheads.failure_seconds(train, mtbi, start + save, interval)
     hours = (train + saves * save + start + lost) / 3600.0
     out.update(hours=hours, train_seconds=train, save_seconds=save, startup_seconds=start, checkpoint_bytes=ckpt,
@@ -218,10 +218,18 @@ def spot_time(t: dict[str, np.ndarray], nodes: np.ndarray, mtbi_low_h: np.ndarra
     busy = t["train_seconds"] + t["startup_seconds"]
     saves = np.round((mean["total"] - mean["lost"] - busy) / np.maximum(t["save_seconds"], 1e-9))
     out.update(hours=mean["total"] / 3600.0, interruption_hours=mean["lost"] / 3600.0,
-               checkpoint_interval_hours=mean["interval"] / 3600.0, checkpoint_saves=np.maximum(saves, 1.0),
+               checkpoint_interval_hours=mean["interval"] / 3600.0,
+               checkpoint_saves=np.clip(saves, 1.0, _steps(t)),
                deadline_margin_hours=(low["total"] - mean["total"]) / 3600.0,
                spot_hours_low=high["total"] / 3600.0, spot_hours_high=low["total"] / 3600.0)  # fmt: skip
     return out
+
+
+def _steps(t: Mapping[str, np.ndarray]) -> np.ndarray | float:
+    """The optimizer steps of each row (train / step seconds): no more saves than steps; inf without a step time."""
+    if "step_seconds" not in t:
+        return np.inf
+    return np.rint(t["train_seconds"] / t["step_seconds"])
 
 
 def spot_offer(offer: Offer) -> Offer:

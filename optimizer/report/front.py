@@ -235,7 +235,8 @@ def front_figure(result: ParetoResult) -> Any:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise InputError("--plot", "", "matplotlib is not installed; pip install 'ftopt[plot]'") from None
+        raise InputError("--plot", "", "matplotlib is not installed; pip install 'ftopt[plot]' (from a checkout: "
+                         "pip install -e '.[plot]')") from None
     fig = Figure(figsize=(9, 6.5), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()

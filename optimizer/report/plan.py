@@ -265,8 +265,9 @@ def uncertainty_lines(est: Estimate) -> list[str]:
         memory = (f"over the card's memory at the high end (headroom: {headroom_for_p90(um.ratio_p90):.2f} in the "
                   "scenario makes every plan allow for it)")
     if risk is not None:
+        within = "within" if risk.total_at_risk <= risk.usable else "OVER"
         memory += (f"; planned at risk {risk.level}: peak x {risk.memory_ratio:g} = {_gib(risk.total_at_risk)} "
-                   f"within {_gib(risk.usable)}")
+                   f"{within} {_gib(risk.usable)}")
     holds = [f"{name} {'met' if ok else 'MISSED'}" for name, ok in
              (("deadline", ut.meets_deadline_p90), ("budget", uc.within_budget_p90)) if ok is not None]  # fmt: skip
     return [

@@ -6,6 +6,8 @@ resolved architecture and the offer; the planner attaches them to every estimate
 
 from __future__ import annotations
 
+import math
+
 from optimizer.inputs.schema import ModelArch, OptimizerKernel, OptimizerName, Scenario, Term
 from optimizer.inputs.schema_catalog import Offer
 from optimizer.inputs.schema_plan import ModelReport, PriceBasis
@@ -58,7 +60,23 @@ def optimizer_notes(sc: Scenario) -> list[str]:
 
 def scenario_notes(sc: Scenario, arch: ModelArch) -> list[str]:
     """Every note about reading the scenario: the model's import notes, the data's, then the optimizer's."""
-    return [*arch.import_notes, *data_notes(sc), *optimizer_notes(sc)]
+    return [*arch.import_notes, *data_notes(sc), *step_notes(sc), *optimizer_notes(sc)]
+
+
+def step_notes(sc: Scenario) -> list[str]:
+    """A note when the data's last optimizer step is mostly not data (steps = ceil(tokens / (global_batch x s))).
+
+    Said when the tokens processed fill less than half of one step, or the rounded-up last step adds more than a
+    tenth to the work: the plan runs and bills whole steps of global_batch x seq_len tokens.
+    """
+    per_step = float(sc.global_batch * sc.seq_len)
+    tokens = sc.tokens_processed
+    steps = max(1, math.ceil(tokens / per_step))
+    if steps * per_step <= 1.1 * tokens and tokens >= 0.5 * per_step:
+        return []
+    return [f"the data gives {tokens:,.0f} tokens to process and one optimizer step takes global_batch x seq_len = "
+            f"{per_step:,.0f}: the plan runs {steps:,} whole step{'s' if steps != 1 else ''} "
+            f"({steps * per_step:,.0f} tokens); a smaller global_batch fits the data better"]
 
 
 FP16_FOR_BF16 = ("fp16 for a model published in bf16 (config.json torch_dtype bfloat16): activations or gradients "

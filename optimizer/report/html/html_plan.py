@@ -170,7 +170,8 @@ def time_cost_section(doc: dict[str, Any], bound: dict[str, Any] | None = None) 
         ("Wall clock", f"{num(t['hours'])} h: {t['steps']:,} steps of {t['step_seconds']:.2f} s, "
          f"{t['tokens_per_second']:,.0f} tokens/s, MFU {100 * t['mfu']:.1f}%"
          + (f", HFU {100 * t['hfu']:.1f}%" if t.get("hfu") is not None else "")
-         + (f", including {t['interruption_hours']:,.2f} h of spot restarts" if t.get("interruption_hours") else "")),
+         + (f", including {t['interruption_hours']:,.2f} h of restarts and lost work"
+            if t.get("interruption_hours") else "")),
         ("Bill", money(c["total"], c["currency"])),
         ("Billing basis", esc(f"{billing_basis(p['term'])}: {units} per card x {p['cards']} card"
                               f"{'s' if p['cards'] != 1 else ''}")),
