@@ -308,3 +308,13 @@ def test_relevant_candidates_are_not_dominated(lora_space):
     assert 0 < keep.sum() < len(points)
     for i in map(int, np.flatnonzero(keep)):
         assert not any(_dominates(q, points[i]) for q in points), i
+
+
+def test_an_equal_cost_slower_plan_is_dominated():
+    """Dominance is <= on both axes with one strict: at equal cost the slower plan is dropped, at equal cost and time
+    both are kept (the relevant-candidate filter and each GPU's alternatives rely on it)."""
+    from optimizer.solve.dominance import nondominated
+
+    cost = np.array([1000, 1000, 1000, 900])
+    time = np.array([5, 7, 5, 9])
+    assert nondominated(cost, time, np.ones(4, dtype=bool)).tolist() == [True, False, True, True]
