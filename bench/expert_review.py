@@ -324,7 +324,7 @@ def old_default_cost(path: Path) -> float | None:
     import optimizer.solve.space as space_mod
 
     real = space_mod.memory_ratios
-    space_mod.memory_ratios = lambda scenario, accuracy, gpus, offer_idx, cfg, nodes: np.ones(len(offer_idx))
+    space_mod.memory_ratios = lambda scenario, accuracy, gpus, offer_idx, *_: np.ones(len(offer_idx))
     try:
         loaded = load_space(path)
         out = solve(loaded.space, loaded.scenario.objective, loaded.limits, SETTINGS)
