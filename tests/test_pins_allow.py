@@ -67,3 +67,10 @@ def test_a_numeric_string_width_reads_like_the_number(write_scenario, run_cli):
              "vocab": 32000}  # fmt: skip
     done = run_cli("solve", write_scenario(model=model))
     assert done.exit_code in (0, 1) and "divisible" not in done.stderr, done.stderr
+
+
+def test_a_catalog_named_twice_is_read_once(write_scenario, run_cli):
+    """catalog: [us, us], or --add-catalog us beside catalog: us, failed on duplicate offer ids (also in us.yaml)."""
+    assert run_cli("solve", write_scenario("twice.yaml", catalog=["us", "us"])).exit_code in (0, 1)
+    done = run_cli("solve", write_scenario("added.yaml", catalog="us"), "--add-catalog", "us")
+    assert done.exit_code in (0, 1), done.stderr

@@ -220,7 +220,19 @@ def scenario_offer_files(scenario: Scenario, scenario_path: str | Path | None) -
         return None
     names = [scenario.catalog] if isinstance(scenario.catalog, str) else scenario.catalog
     base = Path(scenario_path).parent if scenario_path is not None else None
-    return [resolve_offer_file(n, str(scenario_path or "scenario"), "catalog", base) for n in names]
+    return unique_files([resolve_offer_file(n, str(scenario_path or "scenario"), "catalog", base) for n in names])
+
+
+def unique_files(paths: list[Path]) -> list[Path]:
+    """The files in order, each once (by resolved path): naming a file twice is not two catalogs of the same ids."""
+    seen: set[Path] = set()
+    out = []
+    for p in paths:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -23,6 +23,7 @@ from optimizer.inputs.catalog import (
     resolve_model,
     resolve_offer_file,
     scenario_offer_files,
+    unique_files,
 )
 from optimizer.inputs.errors import InputError, SolverLimitError, did_you_mean
 from optimizer.inputs.schema import Budget, Objective, PlanPins, Scenario, Status
@@ -113,7 +114,7 @@ def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scena
     files = scenario_offer_files(sc, path)
     if ov.add_catalog:  # beside the scenario's offers (every built-in one when it names none)
         added = [resolve_offer_file(n, source, "--add-catalog") for n in ov.add_catalog]
-        files = [*(files if files is not None else default_offer_files()), *added]
+        files = unique_files([*(files if files is not None else default_offer_files()), *added])
     return sc, with_overlay(load_catalog(files), sc, path, ov), source
 
 
