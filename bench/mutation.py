@@ -415,6 +415,12 @@ MUTATIONS: list[Mutation] = [
     _m("catalog-config-dtype-key-ignored", "solver", "optimizer/inputs/catalog.py",
        r'for key in \("dtype", "torch_dtype"\):', 'for key in ("torch_dtype",):', ["tests/test_hf_config.py"],
        "a transformers-5 config.json (dtype) read as having no dtype: a bf16 model planned in fp16 unwarned"),
+    _m("catalog-moe-count-unchecked", "solver", "optimizer/inputs/catalog.py",
+       r"    if experts_key is None and expected is not None:", "    if False:", ["tests/test_hf_config.py"],
+       "a Mixtral config without num_local_experts read as a dense 7.2B model"),
+    _m("overlay-band-order-unchecked", "measure", "optimizer/models/overlay.py",
+       r"if self\.ratio_p10 > self\.ratio_p90:", "if False:", ["tests/test_calibrate.py"],
+       "an overlay band upside down puts hours_p10 above hours_p90"),
     # ---- launch values of the newer engines
     _m("launch-torchtune-rank-is-alpha", "launch", LAUNCH_FILES, r'block\["lora_rank"\] = spec\.rank',
        'block["lora_rank"] = spec.alpha', ENGINE_TESTS, "torchtune lora_rank set to the LoRA alpha"),

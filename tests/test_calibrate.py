@@ -339,3 +339,14 @@ def test_calibrate_with_one_usable_measurement_reports_the_other_and_writes_the_
     rows = {r["id"]: r for r in json.loads(result.stdout)["measurements"]}
     assert not rows["mpt-tp3"]["used"] and "scenario.plan.tp: tp=3 must divide" in rows["mpt-tp3"]["note"]
     assert rows["mpt-tp1"]["used"] and load_overlay(out).overlay.time[0].n == 1
+
+
+def test_an_overlay_band_upside_down_is_refused():
+    """ratio_p10 above ratio_p90 was accepted and gave hours_p10 > hours_p90 in every plan it corrected."""
+    from pydantic import ValidationError
+
+    from optimizer.models.overlay import Band
+
+    assert Band(cases=3, ratio_p10=0.9, ratio_p90=1.2).ratio_p90 == 1.2
+    with pytest.raises(ValidationError, match="must not exceed ratio_p90"):
+        Band(cases=3, ratio_p10=1.5, ratio_p90=1.187)

@@ -155,3 +155,11 @@ def test_the_published_dtype_is_read_under_either_name(tmp_path, key):
     """transformers >= 4.56 writes config.json "dtype"; reading only "torch_dtype" let a bf16 model be planned in
     fp16 on a V100 with no warning."""
     assert _import(tmp_path, {**QWEN25_7B, key: "bfloat16"}).torch_dtype == "bfloat16"
+
+
+def test_an_moe_config_without_its_expert_count_is_refused(tmp_path):
+    """model_type mixtral without num_local_experts was read as a dense 7.2B model (Mixtral-8x7B holds 46.7B)."""
+    cfg = {k: v for k, v in MIXTRAL.items() if k != "num_local_experts"}
+    with pytest.raises(InputError) as err:
+        _import(tmp_path, cfg)
+    assert err.value.field == "num_local_experts"

@@ -351,6 +351,7 @@ def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
 # skips them. DeepSeek (V2/V3 configuration_deepseek_v2/v3.py): n_routed_experts, n_shared_experts at
 # moe_intermediate_size each, the first first_k_dense_replace blocks dense.
 _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+_MOE_TYPES = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts", "qwen3_moe": "num_experts"}
 # DeepSeek-V2/V3 multi-head latent attention: low-rank q and kv projections that ModelArch's q/k/v/o shapes do
 # not describe (transformers configuration_deepseek_v3.py q_lora_rank, kv_lora_rank, qk_rope_head_dim)
 _MLA_KEYS = ("kv_lora_rank", "q_lora_rank")
@@ -377,6 +378,10 @@ def moe_fields(cfg: dict[str, Any], label: str) -> tuple[dict[str, Any], dict[st
         raise InputError(label, mla, "multi-head latent attention (DeepSeek-V2/V3) is not modelled: ftopt "
                          "models q/k/v/o attention (Llama, Mistral, Qwen, Mixtral); give the model inline")  # fmt: skip
     experts_key = next((k for k in _EXPERT_COUNT_KEYS if cfg.get(k)), None)
+    expected = _MOE_TYPES.get(str(cfg.get("model_type")))
+    if experts_key is None and expected is not None:  # read as dense, the model would be a fraction of its size
+        raise InputError(label, expected, f"model_type {cfg.get('model_type')} is a mixture of experts and the "
+                         f"config gives no {expected}: allowed: the expert count (8 for Mixtral-8x7B)")  # fmt: skip
     if experts_key is None:
         return {}, {}
     keys = {"experts": experts_key, "experts_per_token": "num_experts_per_tok"}

@@ -45,6 +45,12 @@ class Band(Strict):
     ratio_p10: Float = Field(gt=0, le=100)
     ratio_p90: Float = Field(gt=0, le=100)
 
+    @model_validator(mode="after")
+    def _ordered(self) -> Band:
+        if self.ratio_p10 > self.ratio_p90:  # an inverted band put hours_p10 above hours_p90
+            raise ValueError(f"ratio_p10 ({self.ratio_p10:g}) must not exceed ratio_p90 ({self.ratio_p90:g})")
+        return self
+
 
 class GroupFit(Strict):
     """A group's fitted factor, the data behind it and its band."""
