@@ -215,8 +215,7 @@ def spot_time(t: dict[str, np.ndarray], nodes: np.ndarray, mtbi_low_h: np.ndarra
     mean = run(2.0 / (1.0 / mtbi_low_h + 1.0 / mtbi_high_h))
     low, high = run(mtbi_low_h), run(mtbi_high_h)
     out = dict(t)
-    busy = t["train_seconds"] + t["startup_seconds"]
-    saves = np.round((mean["total"] - mean["lost"] - busy) / np.maximum(t["save_seconds"], 1e-9))
+    saves = np.round(t["train_seconds"] / mean["interval"])  # expected_seconds' busy time counts work / tau saves
     out.update(hours=mean["total"] / 3600.0, interruption_hours=mean["lost"] / 3600.0,
                checkpoint_interval_hours=mean["interval"] / 3600.0,
                checkpoint_saves=np.clip(saves, 1.0, _steps(t)),

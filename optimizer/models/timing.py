@@ -109,11 +109,17 @@ def flops_per_token_parts(job: Job, cfg: Configs,
 
 
 def selective_recompute(job: Job, consts: Mapping[str, Any]) -> str:
-    """What the job's engine recomputes under selective checkpointing (``selective_recompute``).
+    """What the job's engine recomputes under selective checkpointing (:func:`recompute_policy`)."""
+    return recompute_policy(job.framework.value, consts)
 
-    Default: the attention core.
+
+def recompute_policy(framework: str, consts: Mapping[str, Any]) -> str:
+    """What ``framework``'s selective checkpointing recomputes (``selective_recompute``); default the attention core.
+
+    The one reading of the calibration entry: the time model prices it and the Job carries it to the memory model
+    (space.make_job, validator.job_of).
     """
-    return str(consts.get("selective_recompute", {}).get(job.framework.value, "attention_core"))
+    return str(consts.get("selective_recompute", {}).get(framework, "attention_core"))
 
 
 def executed_attention_share(job: Job, consts: Mapping[str, Any]) -> float:

@@ -27,7 +27,7 @@ MIB = 2**20
 def for_row(space: Any, i: int, time_ratio_p90: float | None = None) -> list[CheckItem]:
     """The after-renting checks of candidate ``i`` (empty without the calibration ``hosts`` section).
 
-    ``time_ratio_p90``: the plan's own time band's 90th percentile (uncertainty.band); default the group's.
+    ``time_ratio_p90``: the plan's own time band's 90th percentile (uncertainty.band); None without accuracy bands.
     """
     cal = space.hosts_cal
     if not cal:
@@ -40,7 +40,7 @@ def for_row(space: Any, i: int, time_ratio_p90: float | None = None) -> list[Che
     hbm = float(hw.hbm_bytes_per_s[0]) / 1e9
     limit_mib = capacity_mib * (1.0 - space.scenario.headroom)
     step = float(c.time["step_seconds"][i])
-    ratio = time_ratio_p90 or (float(space.accuracy["time"]["ratio_p90"]) if space.accuracy else 1.0)
+    ratio = time_ratio_p90 if time_ratio_p90 is not None else 1.0
     items = [
         CheckItem(check="GPU memory per card", command="nvidia-smi --query-gpu=memory.total --format=csv",
                   expected=round(capacity_mib), unit="MiB",

@@ -240,8 +240,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
     notes = [*scenario_notes(space.scenario, arch), *precision_notes(plan.precision.value, arch)]
     est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money, model=model_report(arch),
                    offer=offer_report(space, i, b.units), spot=spot_report(space, i),
-                   requirements=requirements.for_row(space, i), checklist=checklist.for_row(space, i),
-                   notes=notes)  # fmt: skip
+                   requirements=requirements.for_row(space, i), notes=notes)  # fmt: skip
     loaded: LoadedOverlay | None = space.overlay
     engine = engine_key(space.scenario, space.job)
     groups = (None, None) if loaded is None else (
@@ -261,11 +260,11 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
                                space.scenario.training.sharding.value, method, plan.zero_stage,
                                plan.offload.value, plan.nodes)  # fmt: skip
         u = u.model_copy(update={"risk": risk_use(space.scenario, accuracy, memory.total, capacity, mem_cell)})
-        # the step-time stop line at the plan's own band (widened outside the published runs, without P2P, above
-        # the efficiency ceiling), not the group's: a plan the band expects to run 1.9x slower is not stopped at 1.3x
-        items = checklist.for_row(space, i, u.time.ratio_p90)
-        est = est.model_copy(update={"uncertainty": u, "checklist": items})
-    return est
+        est = est.model_copy(update={"uncertainty": u})
+    # the step-time stop line at the plan's own band (widened outside the published runs, without P2P, above the
+    # efficiency ceiling), not the group's: a plan the band expects to run 1.9x slower is not stopped at 1.3x
+    time_p90 = est.uncertainty.time.ratio_p90 if est.uncertainty is not None else None
+    return est.model_copy(update={"checklist": checklist.for_row(space, i, time_p90)})
 
 
 def risk_use(sc: Scenario, accuracy: Mapping[str, Any], total: int, capacity: int,

@@ -27,7 +27,7 @@ from optimizer.inputs.catalog import Catalog
 from optimizer.inputs.errors import InputError, SolverLimitError, did_you_mean
 from optimizer.inputs.schema import Checkpointing, Offload, Precision, Scenario, Term
 from optimizer.inputs.schema_catalog import Gpu, Offer
-from optimizer.models import cost, engines, hosts, memory
+from optimizer.models import cost, engines, hosts, memory, timing
 from optimizer.models import coverage as cov
 from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.models.engines import (
@@ -174,8 +174,7 @@ def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any]) -> J
         quant_kernel=None if t.quant_kernel is None else t.quant_kernel.value,
         optimizer_kernel=t.optimizer_kernel.value,
         pipeline_chunks=int(chunks),
-        selective_recompute=str(calibration["timing"].get("selective_recompute", {}).get(t.framework.value,
-                                                                                       "attention_core")),
+        selective_recompute=timing.recompute_policy(t.framework.value, calibration["timing"]),
     )
 
 

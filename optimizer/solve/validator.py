@@ -34,7 +34,7 @@ from optimizer.inputs.schema_catalog import FxFile, Gpu, ModelFile, Offer
 from optimizer.inputs.schema_plan import Estimate, Plan
 from optimizer.inputs.yamlio import read_yaml, validate
 from optimizer.models import coverage as cov
-from optimizer.models import hosts, memory
+from optimizer.models import hosts, memory, timing
 from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.models.uncertainty import memory_cell, memory_risk_ratio
 from optimizer.solve.space import hardware as space_hardware
@@ -88,8 +88,7 @@ def job_of(scenario: Scenario, arch: ModelArch, calibration: dict[str, Any]) -> 
                reduce_every_micro_batch=t.reduce_every_micro_batch, loss_parallel=t.loss_parallel,
                quant_kernel=None if t.quant_kernel is None else t.quant_kernel.value,
                optimizer_kernel=t.optimizer_kernel.value,
-               selective_recompute=calibration["timing"]["selective_recompute"].get(t.framework.value,
-                                                                                     "attention_core"))  # fmt: skip
+               selective_recompute=timing.recompute_policy(t.framework.value, calibration["timing"]))  # fmt: skip
 
 
 def config_of(plan: Plan) -> Configs:
