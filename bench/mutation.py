@@ -445,6 +445,9 @@ MUTATIONS: list[Mutation] = [
        r'return float\(np\.ceil\(column\(space, "deadline_time_s", np\.array\(\[i\]\)\)\[0\] / 36\.0\)\) / 100\.0',
        "return _hours(space, i)", ["tests/test_spot.py"],
        "the deadline an explanation lists forgets the spot plan's pessimistic margin the solver checks"),
+    _m("batch-row-write-not-held", "batch", "optimizer/solve/batch.py",
+       r"with interrupt_deferred\(\):", "with threading.Lock():", ["tests/test_batch.py"],
+       "a Ctrl-C as a row is written cuts it short instead of waiting for it: a solved row is lost"),
 ]
 
 

@@ -163,6 +163,31 @@ def test_interrupted_batch_keeps_finished_rows_and_resumes_without_redoing_them(
     assert [r["scenario"] for r in _lines(out)] == sorted(paths)
 
 
+def test_ctrl_c_while_a_row_is_written_leaves_the_row_counted_and_in_the_file(tmp_path: Path, monkeypatch):
+    """A real SIGINT arriving as the third row is formatted: the row is written and counted, then the batch stops.
+
+    Before, the row was counted as solved before it was written, so the summary said one more than the file held.
+    """
+    import os
+    import signal
+
+    paths = [str(p) for p in write_scenarios(5, tmp_path / "s", seed=3)]
+    out = tmp_path / "results.jsonl"
+    formatted: list[str] = []
+    real_format = batch.format_row
+
+    def format_then_interrupt(row, fmt):
+        formatted.append(row["scenario"])
+        if len(formatted) == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # Python raises it at the next instruction it runs
+        return real_format(row, fmt)
+
+    monkeypatch.setattr(batch, "format_row", format_then_interrupt)
+    summary = run_batch(paths, out, workers=1)
+    assert summary.interrupted
+    assert summary.solved == len(_lines(out)) == 3
+
+
 def test_csv_output_has_the_header_and_resumes(folder: Path):
     out = folder / "results.csv"
     paths = expand([str(folder / "a-7b-qlora.yaml"), str(folder / "e-unknown-model.yaml")])

@@ -319,6 +319,34 @@ def sigint_ignored() -> Iterator[None]:
             signal.signal(s, handler)
 
 
+@contextmanager
+def interrupt_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block ends, then act on them as the handlers in place before would.
+
+    Masking the signal (:func:`_sigint_blocked`) is not enough here: the kernel hands a process-wide signal to any
+    thread that does not mask it (the pool's, the solver's), and Python then runs the handler in the main thread
+    at once. Swapping the Python-level handlers for a recorder holds it whichever thread received it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if caught:
+        handler = previous[caught[0]]
+        if callable(handler):
+            handler(caught[0], None)
+        elif handler == signal.SIG_DFL and caught[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(caught[0])
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that a batch stops exactly as on Ctrl-C (rows kept, summary)."""
 
@@ -597,14 +625,15 @@ def _stream(todo: list[str], output: str | Path | None, fmt: str, workers: int, 
         for row in rows:
             if stamps is not None and row["scenario"] in stamps:
                 row["scenario_resolved"], row["inputs_sha256"] = stamps[row["scenario"]]
-            fresh.append(row)
-            if stream is not None:
-                try:
-                    stream.write(format_row(row, fmt))
-                    stream.flush()
-                except OSError as exc:  # a full disk, the file-size limit: the rows so far stay in the file
-                    raise OutputError(str(output), f"cannot be written: {exc.strerror or exc}; the rows written "
-                                      "before are kept, rerun to resume") from None  # fmt: skip
+            with interrupt_deferred():  # a Ctrl-C here waits until the row is both in the file and counted as solved
+                if stream is not None:
+                    try:
+                        stream.write(format_row(row, fmt))
+                        stream.flush()
+                    except OSError as exc:  # a full disk, the file-size limit: the rows so far stay in the file
+                        raise OutputError(str(output), f"cannot be written: {exc.strerror or exc}; the rows "
+                                          "written before are kept, rerun to resume") from None  # fmt: skip
+                fresh.append(row)
             if on_row is not None:
                 on_row(row)
     finally:
