@@ -113,8 +113,8 @@ def test_cli_rejects_a_budget_currency_without_a_rate(run_cli, write_scenario):
     path = write_scenario(budget={"amount": 1000, "currency": "EUR"}, catalog="catalogs/offers/us.yaml")
     result = run_cli("solve", path)
     assert result.exit_code == 2
-    assert re.fullmatch(r".*scenario\.yaml: budget\.currency: no exchange rate \w{3}->EUR in catalogs/fx\.yaml[^\n]*\n",
-                        result.stderr), result.stderr  # fmt: skip
+    assert re.fullmatch(r".*scenario\.yaml: budget\.currency: no exchange rate \w{3}->EUR in catalogs/fx\.yaml "
+                        r"\(offer \S+ is priced in \w{3}\)[^\n]*\n", result.stderr), result.stderr  # fmt: skip
 
 
 def test_multi_node_jobs_are_billed_per_card(run_cli, write_scenario, catalog):

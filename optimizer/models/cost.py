@@ -151,13 +151,14 @@ def convert(amount: float, rate: float) -> float:
     return amount * rate
 
 
-def fx_rate(catalog_rates: object, base: str, quote: str, source: str = "scenario") -> float:
-    """Rate base->quote from a catalog; a missing rate is a one-line error naming both currencies."""
+def fx_rate(catalog_rates: object, base: str, quote: str, source: str = "scenario", offer: str | None = None) -> float:
+    """Rate base->quote from a catalog; a missing rate is a one-line error naming both currencies (and the offer)."""
     found = catalog_rates.rate(base, quote)  # type: ignore[attr-defined]
     if found is None:
+        priced = f" (offer {offer} is priced in {base})" if offer else ""
         raise InputError(
             source,
             "budget.currency",
-            f"no exchange rate {base}->{quote} in catalogs/fx.yaml; add one or use a {base} budget",
+            f"no exchange rate {base}->{quote} in catalogs/fx.yaml{priced}; add one or use a {base} budget",
         )
     return float(found.rate)

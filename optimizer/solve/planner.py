@@ -450,7 +450,7 @@ def estimate_space(path: str | Path, pins: dict[str, object], overrides: Overrid
     if len(ev) == 0:
         raise InputError(source, *pin_problem(sc, arch, offers, gpus))
     currency = report_currency(sc, offers)
-    fx = [cost.fx_rate(catalog, o.currency, currency, source) for o in offers]
+    fx = [cost.fx_rate(catalog, o.currency, currency, source, o.id) for o in offers]
     space = Space(job, sc, offers, gpus, currency, fx, ev, np.zeros(len(ev)), [], len(ev), int(ev.fits.sum()),
                   accuracy=catalog.calibration.get("accuracy", {}), overlay=catalog.calibration.get("overlay"),
                   hosts_cal=catalog.calibration.get("hosts", {}))

@@ -848,7 +848,7 @@ def fx_rates(catalog: Catalog, offers: list[Offer], currency: str, source: str) 
     rates: dict[str, float] = {}
     for o in offers:
         if o.currency not in rates:
-            rates[o.currency] = cost.fx_rate(catalog, o.currency, currency, source)
+            rates[o.currency] = cost.fx_rate(catalog, o.currency, currency, source, o.id)
     return [rates[o.currency] for o in offers]
 
 
