@@ -53,6 +53,33 @@ def test_a_directory_or_a_file_as_parent_is_one_line(run_cli, tmp_path):
     _one_line(run_cli("solve", SCENARIO, "--launch-dir", tmp_path / "f" / "launch"), EXIT_OUTPUT, "ENOTDIR")
 
 
+def test_a_launch_dir_holds_one_plan_and_the_users_own_files(run_cli, tmp_path):
+    """A DeepSpeed plan's ds_config.json does not outlive it when a QLoRA plan without one is written there."""
+    out = tmp_path / "launch"
+    assert run_cli("solve", REPO / "scenarios/70b.yaml", "--launch-dir", out).exit_code == 0
+    assert (out / "ds_config.json").exists()
+    (out / "notes.txt").write_text("mine\n")
+    assert run_cli("solve", SCENARIO, "--launch-dir", out).exit_code == 0
+    fresh = tmp_path / "fresh"
+    assert run_cli("solve", SCENARIO, "--launch-dir", fresh).exit_code == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted([p.name for p in fresh.iterdir()] + ["notes.txt"])
+    assert "ds_config.json" not in {p.name for p in fresh.iterdir()}
+    for p in fresh.iterdir():
+        assert (out / p.name).read_bytes() == p.read_bytes()
+
+
+def test_a_launch_dir_that_cannot_take_every_file_keeps_all_its_previous_files(run_cli, tmp_path):
+    out = tmp_path / "launch"
+    assert run_cli("solve", REPO / "scenarios/70b.yaml", "--launch-dir", out).exit_code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (out / "llamafactory.yaml").unlink()
+    (out / "llamafactory.yaml").mkdir()  # one target the new plan writes cannot be replaced
+    del before["llamafactory.yaml"]
+    _one_line(run_cli("solve", SCENARIO, "--launch-dir", out), EXIT_OUTPUT, "llamafactory.yaml", "is a directory")
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before  # ds_config.json kept too
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
 def test_a_full_disk_keeps_the_previous_file_and_its_mode(tmp_path, monkeypatch):
     target = tmp_path / "results.csv"
     target.write_text("previous\n")

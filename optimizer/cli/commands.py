@@ -19,6 +19,7 @@ from rich.console import Console
 from optimizer.cli.catalog_import import import_group
 from optimizer.cli.measure import calibrate_command, probe_command
 from optimizer.cli.portfolio import portfolio as portfolio_command
+from optimizer.inputs.atomic import write_folder_atomic
 from optimizer.inputs.catalog import load_catalog
 from optimizer.inputs.errors import (
     EXIT_BAD_INPUT,
@@ -152,8 +153,8 @@ def solve(scenario: str, objective: str | None, budget: float | None, deadline_h
     """Find the optimal plan for SCENARIO (proven by CP-SAT); exit 1 when it has none."""
     ov = overrides(objective, budget, deadline_hours, catalogs, added, calibration)
     result = solve_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit), top_k=top_k)
-    for name, text in report.launch_files(result.launch or {}).items() if launch_dir and result.launch else ():
-        report.write_atomic(f"{launch_dir}/{name}", text)
+    if launch_dir and result.launch:
+        write_folder_atomic(launch_dir, report.launch_files(result.launch), exporters.file_names())
     if html_path:
         report_html.write_page(html_path, report_html.solve_page(result))
     if as_json:

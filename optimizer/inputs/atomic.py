@@ -19,6 +19,7 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
@@ -83,6 +84,44 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
         raise OutputError(str(path), f"cannot be written: {_why(exc)}; any previous file is unchanged") from None
     finally:
         if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def write_folder_atomic(folder: str | Path, files: dict[str, str], owned: Iterable[str] = ()) -> None:
+    """Write ``files`` (name -> text) into ``folder`` all or none, and remove the ``owned`` names not among them.
+
+    Every file is first written to a temporary beside its target (fsynced); only when all of them are written are
+    they renamed into place, so a failure (full disk, a target that is a directory) leaves the folder as it was.
+    ``owned`` are the names this writer may have left there before (another plan's ``ds_config.json``): those the
+    new set does not write are removed, so the folder never mixes two plans. Other files in the folder are kept.
+    """
+    base = Path(folder)
+    targets = {name: base / name for name in files}
+    modes = {name: check_target(target) for name, target in targets.items()}
+    stale = [base / name for name in owned if name not in files]
+    for target in stale:
+        check_target(target)
+    temps: dict[str, str] = {}
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            fd, temps[name] = tempfile.mkstemp(dir=base, prefix=f".{name[:200]}.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                mode = modes[name]
+                os.fchmod(fh.fileno(), mode if mode is not None else 0o666 & ~_umask())
+                fh.write(text.encode("utf-8"))
+                fh.flush()
+                os.fsync(fh.fileno())
+        for name in files:
+            check_target(targets[name])
+            os.replace(temps.pop(name), targets[name])
+        for target in stale:
+            target.unlink(missing_ok=True)
+    except OSError as exc:
+        raise OutputError(str(base), f"cannot be written: {_why(exc)}; the folder's previous files are unchanged") \
+            from None
+    finally:
+        for tmp in temps.values():
             Path(tmp).unlink(missing_ok=True)
 
 

@@ -109,7 +109,8 @@ def render(settings: dict[str, Any]) -> dict[str, str]:
 def launch_dir_help() -> str:
     """The ``--launch-dir`` help: the files and the plans each serves."""
     extra = ", ".join(f"{e.file} ({e.plans})" for e in EXPORTERS if e.file is not None)
-    return f"Write {LAUNCH_FILE} (every setting) and {extra} here."
+    return (f"Write {LAUNCH_FILE} (every setting) and {extra} here, all or none; those names the plan does not "
+            "write are removed, other files kept.")
 
 
 def readme_table() -> str:

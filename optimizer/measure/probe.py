@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from optimizer.inputs.atomic import safe_name, write_atomic
+from optimizer.inputs.atomic import safe_name, write_folder_atomic
 from optimizer.inputs.errors import InputError
 from optimizer.inputs.schema import MAX_NAME, Attention, Framework, ModelArch
 from optimizer.inputs.schema_plan import Estimate, Plan
@@ -254,8 +254,8 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
     if cfg["sharding"] == "deepspeed" and p.zero_stage > 0 and trial.plan is not None:
         cfg["deepspeed"] = deepspeed_config(trial.plan)  # the launch's own config: SGD stays SGD under ZeRO-Offload
     out = Path(out_dir)
-    write_atomic(out / "probe_config.json", json.dumps(cfg, indent=2, sort_keys=False) + "\n")
-    write_atomic(out / "probe.py", SCRIPT.read_text(encoding="utf-8"))
+    write_folder_atomic(out, {"probe_config.json": json.dumps(cfg, indent=2, sort_keys=False) + "\n",
+                              "probe.py": SCRIPT.read_text(encoding="utf-8")})  # fmt: skip
     worth = time_error_worth(path, best, ov)
     per_rank = float(catalog.calibration.get("hosts", {}).get("host_ram_per_rank_gib", 0.0))
     host_ram = probe_host_ram(cfg, arch, trial, per_rank)
