@@ -61,39 +61,35 @@ def safe_name(text: str, limit: int = 100) -> str:
     return name or "unnamed"
 
 
+def _temporary(target: Path, data: str | bytes, mode: int | None, temps: list[str]) -> str:
+    """Write ``data`` to a new temporary beside ``target`` (mode kept, fsynced); its name is appended to ``temps``."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:200]}.", suffix=".tmp")
+    temps.append(tmp)
+    with os.fdopen(fd, "wb") as fh:
+        os.fchmod(fh.fileno(), mode if mode is not None else 0o666 & ~_umask())
+        fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return tmp
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> None:
     """Replace ``path`` with ``data`` (text is written as UTF-8, newlines untranslated) or leave it untouched.
 
     See the module docstring for the rules; raises OutputError on any failure.
     """
-    target = Path(path)
-    mode = check_target(target)
-    tmp: str | None = None
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:200]}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), mode if mode is not None else 0o666 & ~_umask())
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        check_target(target)  # still not a device (a path swapped in meanwhile)
-        os.replace(tmp, target)
-        tmp = None
-    except OSError as exc:
-        raise OutputError(str(path), f"cannot be written: {_why(exc)}; any previous file is unchanged") from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+    write_folder_atomic(Path(path).parent, {Path(path).name: data}, error_path=str(path))
 
 
-def write_folder_atomic(folder: str | Path, files: dict[str, str], owned: Iterable[str] = ()) -> None:
-    """Write ``files`` (name -> text) into ``folder`` all or none, and remove the ``owned`` names not among them.
+def write_folder_atomic(folder: str | Path, files: dict[str, str | bytes], owned: Iterable[str] = (),
+                        error_path: str | None = None) -> None:  # fmt: skip
+    """Write ``files`` (name -> data) into ``folder`` all or none, and remove the ``owned`` names not among them.
 
     Every file is first written to a temporary beside its target (fsynced); only when all of them are written are
     they renamed into place, so a failure (full disk, a target that is a directory) leaves the folder as it was.
     ``owned`` are the names this writer may have left there before (another plan's ``ds_config.json``): those the
     new set does not write are removed, so the folder never mixes two plans. Other files in the folder are kept.
+    ``error_path`` is the path an error names (default: the folder).
     """
     base = Path(folder)
     targets = {name: base / name for name in files}
@@ -101,27 +97,21 @@ def write_folder_atomic(folder: str | Path, files: dict[str, str], owned: Iterab
     stale = [base / name for name in owned if name not in files]
     for target in stale:
         check_target(target)
-    temps: dict[str, str] = {}
+    temps: list[str] = []
     try:
         base.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            fd, temps[name] = tempfile.mkstemp(dir=base, prefix=f".{name[:200]}.", suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                mode = modes[name]
-                os.fchmod(fh.fileno(), mode if mode is not None else 0o666 & ~_umask())
-                fh.write(text.encode("utf-8"))
-                fh.flush()
-                os.fsync(fh.fileno())
-        for name in files:
-            check_target(targets[name])
-            os.replace(temps.pop(name), targets[name])
+        written = {name: _temporary(targets[name], data, modes[name], temps) for name, data in files.items()}
+        for name, tmp in written.items():
+            check_target(targets[name])  # still not a device (a path swapped in meanwhile)
+            os.replace(tmp, targets[name])
+            temps.remove(tmp)
         for target in stale:
             target.unlink(missing_ok=True)
     except OSError as exc:
-        raise OutputError(str(base), f"cannot be written: {_why(exc)}; the folder's previous files are unchanged") \
-            from None
+        what = "any previous file is unchanged" if error_path else "the folder's previous files are unchanged"
+        raise OutputError(error_path or str(base), f"cannot be written: {_why(exc)}; {what}") from None
     finally:
-        for tmp in temps.values():
+        for tmp in temps:
             Path(tmp).unlink(missing_ok=True)
 
 
