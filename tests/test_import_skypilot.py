@@ -113,6 +113,29 @@ def test_gcp_accelerator_rows_are_priced_with_their_vm(tmp_path):
     assert result.skipped == {"A100: no VM row of the matching machine type": 1}
 
 
+def test_gcp_suspect_rows_are_skipped_with_their_reason(tmp_path):
+    """Spot at or above on demand, or a second price level under half another region's: not a list price."""
+    gpu = "{'Gpus': [{'MemoryInfo': {'SizeInMiB': 40960}}]}"
+    csv = tmp_path / "gcp.csv"
+    csv.write_text(
+        "InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,SpotPrice\n"
+        "a2-highgpu-1g,12.0,85.0,,,,us-central1,us-central1-a,1.0,0.3\n"
+        "a2-highgpu-1g,12.0,85.0,,,,us-east1,us-east1-b,1.0,0.3\n"
+        "a2-highgpu-1g,12.0,85.0,,,,us-west1,us-west1-b,1.0,0.3\n"
+        "a2-highgpu-2g,24.0,170.0,,,,us-west1,us-west1-b,2.0,0.6\n"
+        f",,,A100,1,\"{gpu}\",us-central1,us-central1-a,2.9,1.0\n"  # the list level
+        f",,,A100,1,\"{gpu}\",us-east1,us-east1-b,1.4,0.5\n"  # under half of 2.9: a second level
+        f",,,A100,1,\"{gpu}\",us-west1,us-west1-b,2.5,2.6\n"  # spot above on demand
+        f",,,A100,2,\"{gpu}\",us-west1,us-west1-b,5.0,2.0\n"  # another shape, its own level
+    )
+    out = tmp_path / "gcp.yaml"
+    result = import_file([csv], out, "gcp", as_of=date(2026, 12, 1))
+    assert sorted(_offers(out)) == ["gcp-a2-highgpu-1g-us-central1", "gcp-a2-highgpu-2g-us-west1"]
+    assert result.skipped == {
+        "A100: Price under 0.5 x another region's for the same shape (a second price level: catalogs/skypilot.yaml)": 1,
+        "A100: SpotPrice not below Price (a suspect row: catalogs/skypilot.yaml)": 1}
+
+
 def test_vast_rows_drop_nominal_host_sizes_and_divide_total_gpu_memory(tmp_path):
     csv = tmp_path / "vast.csv"
     csv.write_text("InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region\n"

@@ -134,20 +134,22 @@ def _gcp_vm_rows(rows: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, 
     return {(r["InstanceType"], r.get("AvailabilityZone", "")): r for r in rows if r.get("InstanceType")}
 
 
-def _with_gcp_vm(row: dict[str, str], vms: dict, rules: dict[str, Any]) -> dict[str, str] | None:
-    """A GCP accelerator row with its VM's type, price, spot, vCPUs and RAM added; None without a VM row."""
+def _with_gcp_vm(row: dict[str, str], vms: dict, rules: dict[str, Any]) -> dict[str, str] | str:
+    """A GCP accelerator row with its VM's type, price, spot, vCPUs and RAM added, or why it is skipped."""
     pattern = rules.get("vm_for", {}).get(row["AcceleratorName"])
     count = _count(row) or 0
     vm = vms.get((pattern.format(n=count), row.get("AvailabilityZone", ""))) if pattern else None
     if vm is None:
-        return None
+        return "no VM row of the matching machine type"
+    gpu_price, gpu_spot = _num(row.get("Price")), _num(row.get("SpotPrice"))
+    if rules.get("suspect_spot_at_or_above_price") and gpu_price and gpu_spot and gpu_spot >= gpu_price:
+        return "SpotPrice not below Price (a suspect row: catalogs/skypilot.yaml)"
     merged = dict(row)
     merged["InstanceType"] = vm["InstanceType"]
     merged["vCPUs"], merged["MemoryGiB"] = vm.get("vCPUs", ""), vm.get("MemoryGiB", "")
     for col in ("Price", "SpotPrice"):
         a, b = _num(row.get(col)), _num(vm.get(col))
         merged[col] = "" if a is None or b is None else str(a + b)
-    gpu_price, gpu_spot = _num(row.get("Price")), _num(row.get("SpotPrice"))
     if gpu_price is None or gpu_spot is None or gpu_spot >= gpu_price:  # rows with spot above on demand look wrong
         merged["SpotPrice"] = ""
     return merged
@@ -199,6 +201,19 @@ def _offer(key: tuple[str, str], group: list[dict[str, str]], gpu: Gpu, cloud: s
     return offer
 
 
+def _level_key(row: dict[str, str]) -> tuple[str, str, str]:
+    """The shape a row prices: instance type (empty on GCP accelerator rows), accelerator, count."""
+    return row.get("InstanceType", ""), row.get("AcceleratorName", ""), row.get("AcceleratorCount", "")
+
+
+def _dearest_prices(rows: list[dict[str, str]]) -> dict[tuple[str, str, str], float]:
+    """Per shape, the highest ``Price`` over its rows (regions and zones), as the rows give it."""
+    dearest: dict[tuple[str, str, str], float] = defaultdict(float)
+    for row in rows:
+        dearest[_level_key(row)] = max(dearest[_level_key(row)], _num(row.get("Price")) or 0.0)
+    return dearest
+
+
 def build_offers(rows: list[dict[str, str]], cloud: str, gpus: dict[str, Gpu], rules: dict[str, Any],
                  source: str, as_of: date, cheapest_region: bool = False,
                  ) -> tuple[list[dict[str, Any]], dict[str, int]]:  # fmt: skip
@@ -207,6 +222,8 @@ def build_offers(rows: list[dict[str, str]], cloud: str, gpus: dict[str, Gpu], r
     vms = _gcp_vm_rows(rows) if "vm_for" in rules else {}
     groups: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
     mapped: dict[tuple[str, str], Gpu] = {}
+    levels = _dearest_prices(rows)
+    floor = float(rules.get("price_level_floor") or 0.0)
     for row in rows:
         name = row.get("AcceleratorName") or ""
         if not name:
@@ -214,11 +231,16 @@ def build_offers(rows: list[dict[str, str]], cloud: str, gpus: dict[str, Gpu], r
         if _count(row) is None:
             skipped[f"{name[:60]}: AcceleratorCount is not a whole number of cards from 1 to {MAX_CARDS}"] += 1
             continue
+        if (_num(row.get("Price")) or 0.0) < floor * levels[_level_key(row)]:
+            skipped[f"{name}: Price under {floor:g} x another region's for the same shape (a second price level: "
+                    "catalogs/skypilot.yaml)"] += 1  # fmt: skip
+            continue
         if vms:
-            row = _with_gcp_vm(row, vms, rules)  # type: ignore[assignment]
-            if row is None:
-                skipped[f"{name}: no VM row of the matching machine type"] += 1
+            merged = _with_gcp_vm(row, vms, rules)
+            if isinstance(merged, str):
+                skipped[f"{name}: {merged}"] += 1
                 continue
+            row = merged
         gpu = map_gpu(name, row.get("InstanceType", ""), gpus)
         if gpu is None:
             skipped[f"{name}: no gpus.yaml entry lists it in skypilot_names"] += 1
