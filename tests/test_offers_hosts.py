@@ -320,7 +320,7 @@ def test_an_offer_that_does_not_say_sxm_or_pcie_is_planned_as_pcie_and_listed_to
 
 
 def test_on_demand_checkpoints_at_the_young_daly_interval_for_hardware_failures(tmp_path, catalog):
-    """Without training.checkpoint_every_hours the interval is sqrt(2 x save x M), M = 50,676 GPU-hours (Llama 3's
+    """Without training.checkpoint_every_hours the interval is sqrt(2 x save x M), M = 50,677 GPU-hours (Llama 3's
     unexpected interruptions) / cards: 70B full fine-tuning on 8 H100s saves its 988 GB once, at the end, instead of
     every 2 h (17 saves, 10 h of the README's 44.4 h job)."""
     est = solve_scenario(REPO / "scenarios" / "70b.yaml").best
