@@ -29,7 +29,7 @@ def import_group() -> None:
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Offers YAML file to write.")
 def skypilot(csv_files: tuple[str, ...], cloud: str | None, cheapest_region: bool, as_of: datetime.datetime | None,
              output: str) -> None:  # fmt: skip
-    """Per-card offers from SkyPilot vms.csv files of one cloud (price / accelerator count, host RAM, spot...)."""
+    """Offers from SkyPilot vms.csv files of one cloud: whole instances, host RAM, spot; suspect rows skipped."""
     text, result = import_text(list(csv_files), output, cloud, cheapest_region, as_of.date() if as_of else None)
     write_atomic(output, text)
     skipped = sum(result.skipped.values())
