@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -105,6 +106,18 @@ def _offers(tmp_path, **changes) -> str:
 
 def test_catalog_validate_accepts_a_new_offer(run_cli, tmp_path):
     assert run_cli("catalog", "validate", _offers(tmp_path)).stdout.startswith("ok: 1 file: 0 gpus, 1 offers")
+
+
+def test_catalog_validate_notes_offers_no_exchange_rate_reaches(run_cli, tmp_path):
+    """Valid, exit 0, but a USD budget would be refused on EUR offers: validate says so before a solve does."""
+    path = tmp_path / "mine.yaml"
+    doc = yaml.safe_load(Path(_offers(tmp_path)).read_text())
+    path.write_text(yaml.safe_dump({**doc, "currency": "EUR"}))
+    result = run_cli("catalog", "validate", path)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[1:] == ["note: offers priced in EUR have no exchange rate in the built-in "
+                                              "catalogs/fx.yaml: a scenario budget in another currency is refused"]
+    assert run_cli("catalog", "validate", _offers(tmp_path)).stdout.count("\n") == 1  # USD has a rate: no note
 
 
 @pytest.mark.parametrize(

@@ -144,5 +144,6 @@ def model_table(rows: list[dict[str, Any]]) -> Table:
 
 def validate_line(counts: CatalogCounts) -> str:
     """``ftopt catalog validate``'s success line."""
-    return (f"ok: {counts.files} file{'s' if counts.files != 1 else ''}: {counts.gpus} gpus, {counts.offers} offers, "
+    line = (f"ok: {counts.files} file{'s' if counts.files != 1 else ''}: {counts.gpus} gpus, {counts.offers} offers, "
             f"{counts.models} models, {counts.fx_rates} fx rates")  # fmt: skip
+    return "\n".join([line, *(f"note: {n}" for n in counts.notes)])

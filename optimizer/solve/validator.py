@@ -466,6 +466,7 @@ class CatalogCounts:
     offers: int
     models: int
     fx_rates: int
+    notes: tuple[str, ...] = ()  # valid, but worth knowing (offers no budget in another currency can use)
 
 
 def _kind(path: Path) -> str:
@@ -502,8 +503,20 @@ def validate_catalog_files(paths: list[str | Path] | None = None,
         gpus.update(catalog_mod._load_gpus(f))
     models = sum(len(validate(ModelFile, read_yaml(f), str(f)).models) for f in by_kind["models"])
     rates = sum(len(validate(FxFile, read_yaml(f), str(f)).rates) for f in by_kind["rates"])
-    offers = 0
+    loaded: list[Offer] = []
     if by_kind["offers"]:
         known = gpus or catalog_mod._load_gpus(root / "gpus.yaml")
-        offers = len(catalog_mod._load_offers(by_kind["offers"], catalog_mod._gpu_name_index(known), known))
-    return CatalogCounts(len(files), len(gpus), offers, models, rates)
+        loaded = catalog_mod._load_offers(by_kind["offers"], catalog_mod._gpu_name_index(known), known)
+    fx_files = by_kind["rates"] or [root / "fx.yaml"]
+    label = ", ".join(map(str, by_kind["rates"])) or "the built-in catalogs/fx.yaml"
+    return CatalogCounts(len(files), len(gpus), len(loaded), models, rates,
+                         _currencies_without_rate(loaded, fx_files, label))  # fmt: skip
+
+
+def _currencies_without_rate(offers: list[Offer], fx_files: list[Path], label: str) -> tuple[str, ...]:
+    """A note per offer currency that no exchange rate names: only a budget in that currency can use its offers."""
+    named = {c for f in fx_files if f.exists() for r in validate(FxFile, read_yaml(f), str(f)).rates
+             for c in (r.base, r.quote)}  # fmt: skip
+    alone = sorted({o.currency for o in offers} - named)
+    return tuple(f"offers priced in {c} have no exchange rate in {label}: a scenario budget in another currency is "
+                 "refused" for c in alone)  # fmt: skip
