@@ -402,9 +402,24 @@ def oracle_best(sc: Scenario, catalog: Catalog, points: list[Point], tolerance: 
     return first, second
 
 
-def _draw_limits(rng: random.Random, sc: Scenario, points: list[Point]) -> Scenario:
-    """Budget and deadline near a random point's cost and time (so that some bind and some are infeasible)."""
+def _draw_limits(rng: random.Random, sc: Scenario, points: list[Point],
+                 best: tuple[int, int] | None = None) -> Scenario:  # fmt: skip
+    """Budget and deadline near a point's cost and time (so that some bind and some are infeasible).
+
+    The point is a random one; or, half the time, the unlimited optimum ``best`` (cents, seconds), and then the limit
+    that can move it is drawn close to it: the deadline under the cost objective, the budget under the time objective
+    (the other limit below the optimum leaves nothing). Limits drawn only near random points are mostly far above
+    the optimum, and whether enough of them bind then depends on which offers were sampled.
+    """
     update: dict[str, Any] = {}
+    if best is not None and rng.random() < 0.5:
+        tight, loose = rng.uniform(0.6, 1.2), rng.uniform(1.0, 1.5)
+        cost_scale, time_scale = (loose, tight) if sc.objective.value == "cost" else (tight, loose)
+        if sc.budget is not None:  # (its amount so far is a placeholder)
+            update["budget"] = sc.budget.model_copy(update={"amount": round(best[0] / 100 * cost_scale + 0.01, 2)})
+        if sc.objective.value == "cost" or rng.random() < 0.4:
+            update["deadline_hours"] = round(best[1] / 3600 * time_scale + 0.01, 3)
+        return sc.model_copy(update=update)
     ref = rng.choice(points) if points else None
     if sc.budget is not None:
         amount = (ref.cents / 100 if ref else 100.0) * rng.uniform(0.5, 1.5) + 0.01
@@ -424,10 +439,11 @@ def run_instance(seed: int) -> Instance:
     sc, cat = inst.scenario, inst.catalog
     currency = space.report_currency(sc, cat.offers)
     points = oracle_points(sc, cat, inst.arch, currency)
-    sc = _draw_limits(random.Random(seed + 10_000), sc, points)
+    inst.unlimited = oracle_best(sc.model_copy(update={"budget": None, "deadline_hours": None}), cat, points)
+    best = None if inst.unlimited is None else inst.unlimited if sc.objective.value == "cost" else inst.unlimited[::-1]
+    sc = _draw_limits(random.Random(seed + 10_000), sc, points, best)
     inst.scenario = sc
     inst.oracle = oracle_best(sc, cat, points)
-    inst.unlimited = oracle_best(sc.model_copy(update={"budget": None, "deadline_hours": None}), cat, points)
     sp = space.build(sc, cat, inst.arch)
     allow = [cat.gpu_id(g) for g in sc.allow.gpus] if sc.allow.gpus else None
     out = solve(sp, sc.objective, limits_from(sp, allow))
