@@ -453,6 +453,9 @@ MUTATIONS: list[Mutation] = [
        r"modes = \{name: check_target\(target\) for", "modes = {name: None for",
        ["tests/test_output_faults.py"], "a launch folder's targets checked only as each is renamed: a failure leaves "
        "the new plan's first files beside the old plan's others"),
+    _m("torchtune-qlora-without-builder", "launch", "optimizer/launch/torchtune_cfg.py",
+       r"if entry is None or entry\[0\] in QLORA_MODULES:", "if True:", ["tests/test_errors.py"],
+       "a torchtune QLoRA plan for a model torchtune has no qlora_* builder for (Qwen2.5) is solved, not refused"),
     _m("batch-row-write-not-held", "batch", "optimizer/solve/batch.py",
        r"with interrupt_deferred\(\):", "with threading.Lock():", ["tests/test_batch.py"],
        "a Ctrl-C as a row is written cuts it short instead of waiting for it: a solved row is lost"),

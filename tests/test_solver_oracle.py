@@ -28,6 +28,7 @@ from optimizer.inputs.catalog import Catalog, load_catalog
 from optimizer.inputs.errors import InputError
 from optimizer.inputs.schema import Checkpointing, ModelArch, Offload, Precision, Scenario, Status
 from optimizer.inputs.schema_catalog import Offer
+from optimizer.launch.torchtune_cfg import qlora_refusal
 from optimizer.models import hosts, memory
 from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, column
 from optimizer.solve import space
@@ -175,6 +176,8 @@ def make_instance(seed: int) -> Instance:
     if rng.random() < 0.5:
         doc["budget"] = {"amount": 1.0, "currency": rng.choice(["USD", "CNY"])}  # amount drawn after the oracle
     sc = Scenario.model_validate(doc)
+    if qlora_refusal(sc):  # torchtune has no QLoRA builder for this model: LoRA, as for nemo above
+        sc = Scenario.model_validate({**doc, "method": "lora"})
     arch = model if isinstance(model, ModelArch) else catalog.model(model)
     return Instance(sc, cat, arch)
 

@@ -11,7 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.inputs.catalog import base_model_name
-from optimizer.inputs.schema import Checkpointing, Method, Offload, OptimizerKernel, OptimizerName, Precision, Scenario
+from optimizer.inputs.schema import (
+    Checkpointing,
+    Framework,
+    Method,
+    Offload,
+    OptimizerKernel,
+    OptimizerName,
+    Precision,
+    Scenario,
+)
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.launch_common import lora_targets, torchrun_args
 
@@ -77,6 +86,20 @@ def builder_entry(name: str) -> tuple[str, str] | None:
     return module, builder
 
 
+def qlora_refusal(scenario: Scenario) -> tuple[str, str] | None:
+    """(field, problem) when torchtune has no QLoRA builder for the scenario's model (QLORA_MODULES), else None.
+
+    A plan for it could not be launched: the recipe would have no ``qlora_*`` model component to build.
+    """
+    if scenario.training.framework is not Framework.torchtune or scenario.method is not Method.qlora:
+        return None
+    entry = builder_entry(scenario.model) if isinstance(scenario.model, str) else None
+    if entry is None or entry[0] in QLORA_MODULES:
+        return None  # an unknown model gets its builder note; the user names the component
+    return ("method", f"torchtune 0.6.1 has no QLoRA builder for {scenario.model} (no qlora_{entry[1]}); "
+            "allowed: lora or full under torchtune, or qlora under framework hf")
+
+
 def model_component(scenario: Scenario) -> tuple[dict[str, Any], list[str]]:
     """The ``model`` block (builder and LoRA keys) and what cannot be built as planned."""
     entry = builder_entry(scenario.model) if isinstance(scenario.model, str) else None
@@ -87,9 +110,6 @@ def model_component(scenario: Scenario) -> tuple[dict[str, Any], list[str]]:
     else:
         module, base = entry
         prefix = {Method.full: "", Method.lora: "lora_", Method.qlora: "qlora_"}[scenario.method]
-        if scenario.method is Method.qlora and module not in QLORA_MODULES:
-            notes.append(f"torchtune 0.6.1 has no QLoRA builder for {scenario.model} (no qlora_{base}): this plan "
-                         "does not run under torchtune")  # fmt: skip
         block["_component_"] = f"torchtune.models.{module}.{prefix}{base}"
     spec = scenario.lora_spec
     if scenario.method is not Method.full and spec is not None:

@@ -27,6 +27,7 @@ from optimizer.inputs.catalog import Catalog
 from optimizer.inputs.errors import InputError, SolverLimitError, did_you_mean
 from optimizer.inputs.schema import Checkpointing, Offload, Precision, Scenario, Term
 from optimizer.inputs.schema_catalog import Gpu, Offer
+from optimizer.launch.torchtune_cfg import qlora_refusal
 from optimizer.models import cost, engines, hosts, memory, timing
 from optimizer.models import coverage as cov
 from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
@@ -597,9 +598,7 @@ def engine_capabilities(scenario: Scenario, catalog: Catalog, arch: Any, source:
     refused = scenario_refusals(scenario, cap) + plan_refusals(
         scenario, cap, tp, pins.pp or 1, pins.grad_accum, pins.checkpointing
     )
-    chunks = chunks_refusal(scenario, arch.layers, catalog.calibration)
-    if chunks is not None:
-        refused.append(chunks)
+    refused += [r for r in (chunks_refusal(scenario, arch.layers, catalog.calibration), qlora_refusal(scenario)) if r]
     if refused:
         raise InputError(source, *refused[0])
     return cap
