@@ -493,7 +493,8 @@ class Training(Strict):
     framework: Framework = Field(
         Framework.hf,
         description="training stack whose defaults the memory and time models follow (hf = transformers Trainer / "
-        "TRL); nemo runs full and lora, torchtune qlora only models with a qlora_* builder (Llama 2, 3.1, 3.2, Mistral)",
+        "TRL); nemo runs full and lora, torchtune qlora only models with a qlora_* builder (Llama 2, 3.1, 3.2, "
+        "Mistral)",
     )
     sharding: Sharding = Field(Sharding.deepspeed, description="hf only: how ZeRO-style sharding is implemented")
     optimizer: OptimizerName = Field(
