@@ -86,6 +86,15 @@ def test_inverse_exchange_rates_multiply_to_one(catalog):
     assert catalog.rate("USD", "CNY").rate * catalog.rate("CNY", "USD").rate == pytest.approx(1.0)
 
 
+def test_gcp_offers_bill_per_second_and_sell_no_month(catalog):
+    """Compute Engine bills per second after a one-minute minimum and rents no month: its month-like rate is a
+    1-year commitment, which a job cannot buy one month at a time (catalogs/README.md)."""
+    gcp = [o for o in catalog.offers if o.provider == "GCP"]
+    assert len(gcp) >= 4
+    assert all(o.hour_increment_s == 1 for o in gcp), [o.id for o in gcp if o.hour_increment_s != 1]
+    assert not [o.id for o in gcp if "month" in {t.value for t in o.prices}]
+
+
 def test_multi_node_offers_state_their_network(catalog):
     assert [o.id for o in catalog.offers if o.max_nodes > 1 and not o.inter_node_gb_per_s] == []
 
