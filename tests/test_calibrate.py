@@ -219,6 +219,14 @@ def test_estimate_applies_the_overlay_and_names_it(run_cli, write_scenario, over
     assert "calibration" not in plain
 
 
+def test_the_overlay_corrects_the_steps_the_hours_are_built_from(run_cli, write_scenario, overlay_7b):
+    """The wall clock's parts add up after the correction: training = steps x corrected step (was the model's)."""
+    out = json.loads(run_cli("estimate", write_scenario(), *ESTIMATE_4090, "--calibration", overlay_7b).stdout)["time"]
+    assert out["train_hours"] == pytest.approx(out["steps"] * out["step_seconds"] / 3600, rel=1e-5)
+    parts = out["train_hours"] + out["checkpoint_hours"] + out["startup_hours"] + out["interruption_hours"]
+    assert out["hours"] == pytest.approx(parts, rel=1e-5)
+
+
 def test_the_calibrated_group_gets_its_band_and_the_other_model_keeps_the_shipped_one(run_cli, write_scenario,
                                                                                       overlay_7b, catalog):  # fmt: skip
     path = write_scenario()

@@ -501,10 +501,11 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
         mem = {k: v[keep] for k, v in mem.items()}
     hw = hardware(gpus, offers, offer_idx, cards, nodes, cfg.precision, cal["timing"], (cap, peaks))
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = hosts.wall_clock(job, cfg, hw, offers, offer_idx, nodes, cal)
-    if cal.get("overlay") is not None:
-        arch = np.array([g.arch for g in gpus], dtype=object)[offer_idx]
-        t = scale_time(cal["overlay"], t, arch, cfg.precision, engine, job.method.value, job.steps)
+        t = timing.job_time(job, cfg, hw, cal["timing"])
+        if cal.get("overlay") is not None:  # the measured step correction, before the overheads built on the steps
+            arch = np.array([g.arch for g in gpus], dtype=object)[offer_idx]
+            t = scale_time(cal["overlay"], t, arch, cfg.precision, engine, job.method.value, job.steps)
+        t = hosts.with_overheads(job, cfg, t, offers, offer_idx, nodes, cal)
     fits &= np.isfinite(t["hours"])
     pinned_chunks = scenario.plan.virtual_pipeline
     if pinned_chunks is not None and pinned_chunks > 1:  # a pin launches exactly its chunks (models/pipeline.py)
