@@ -456,6 +456,11 @@ MUTATIONS: list[Mutation] = [
     _m("torchtune-qlora-without-builder", "launch", "optimizer/launch/torchtune_cfg.py",
        r"if entry is None or entry\[0\] in QLORA_MODULES:", "if True:", ["tests/test_errors.py"],
        "a torchtune QLoRA plan for a model torchtune has no qlora_* builder for (Qwen2.5) is solved, not refused"),
+    _m("explain-no-engine-settings", "explain", "optimizer/solve/explain.py",
+       r"        if getattr\(getattr\(sc, section\), key\) == value:\n            continue",
+       "        continue", ["tests/test_infeasible.py"],
+       "an infeasible FSDP scenario whose held gradients a reduce per micro-batch or DeepSpeed would fit says "
+       "nothing fits"),
     _m("batch-row-write-not-held", "batch", "optimizer/solve/batch.py",
        r"with interrupt_deferred\(\):", "with threading.Lock():", ["tests/test_batch.py"],
        "a Ctrl-C as a row is written cuts it short instead of waiting for it: a solved row is lost"),

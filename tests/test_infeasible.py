@@ -168,6 +168,23 @@ def test_model_too_big_for_every_card_says_no_gpu_fits(solve_doc):
     assert "no GPU in the catalog fits" in rel.message
 
 
+def test_gradients_held_through_accumulation_name_the_settings_that_give_a_plan(solve_doc, write_scenario):
+    """HF FSDP holds unsharded gradients through accumulation (no_sync): a reduce every micro-batch, or DeepSpeed,
+    each gives the plan the scenario as written cannot have, and the explanation says so; applying one does."""
+    doc = {"model": "Qwen2.5-72B", "method": "full", "lora": None, "global_batch": 512, "catalog": "cn",
+           "training": {"framework": "hf", "sharding": "fsdp"}, "allow": {"max_host_memory_gib": 2048},
+           "data": {"tokens": 2.0e8}}  # fmt: skip
+    _, result = solve_doc(**doc)
+    rel = result.relaxation
+    assert rel.binding == ["memory"] and "no GPU in the catalog fits" not in rel.message
+    assert [(o.field, o.value) for o in rel.options] == [("training.reduce_every_micro_batch", True),
+                                                         ("training.sharding", "deepspeed")]
+    for o in rel.options:
+        section, key = o.field.split(".")
+        fixed = {**doc, section: {**doc[section], key: o.value}}
+        assert solve_doc(**fixed)[1].relaxation is None, o.field
+
+
 # ------------------------------------------------------------------------------------------------ allow-lists
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
 from optimizer.inputs.catalog import Catalog, default_offer_files, load_catalog
 from optimizer.inputs.errors import FtoptError, InputError
@@ -36,7 +37,7 @@ from optimizer.solve.explain_relax import (
     tradeoff,
     tradeoff_text,
 )
-from optimizer.solve.limits import MONOTONE, REGISTRY, column
+from optimizer.solve.limits import MONOTONE, REGISTRY, column, limits_from
 from optimizer.solve.solver import Limits, SolverSettings, solve
 from optimizer.solve.space import Space, build, card_counts, memory_risk, tp_limit
 
@@ -204,7 +205,39 @@ def ram_text(space: Space) -> str:
             "hosts.host_ram_default)")  # fmt: skip
 
 
-def explain_memory(space: Space, catalog: Catalog, source: str) -> Relaxation:
+# Engine settings that keep less on each card, tried when no configuration fits as set: (field, value, what it does).
+# Each is offered only when the space rebuilt with it has a configuration that fits.
+SETTING_OPTIONS: tuple[tuple[str, bool | str, str], ...] = (
+    ("training.reduce_every_micro_batch", True, "FSDP then reduce-scatters the gradients every micro-batch, "
+     "accelerate's sync_each_batch, instead of holding them unsharded through gradient accumulation"),
+    ("training.sharding", "deepspeed", "DeepSpeed ZeRO keeps its gradients partitioned through accumulation"),
+)
+
+
+def setting_options(space: Space, catalog: Catalog, source: str, gpu_ids: list[str] | None,
+                    settings: SolverSettings) -> list[Option]:  # fmt: skip
+    """The :data:`SETTING_OPTIONS` that give a plan, each alone (a configuration that fits and meets the limits)."""
+    sc, found = space.scenario, []
+    for name, value, what in SETTING_OPTIONS:
+        section, key = name.split(".")
+        if getattr(getattr(sc, section), key) == value:
+            continue
+        part, has_plan = getattr(sc, section), False
+        try:
+            changed = sc.model_copy(update={section: type(part).model_validate({**part.model_dump(), key: value})})
+            wide = build(changed, catalog, space.job.arch, source)
+            if len(wide.cand):
+                has_plan = solve(wide, Objective.cost, limits_from(wide, gpu_ids), settings).index is not None
+        except (FtoptError, ValidationError):
+            pass  # the setting does not combine with the rest of the scenario
+        if has_plan:
+            shown = str(value).lower() if isinstance(value, bool) else value
+            found.append(Option(name, value, f"set {name}: {shown} ({what})"))
+    return found
+
+
+def explain_memory(space: Space, catalog: Catalog, source: str, gpu_ids: list[str] | None = None,
+                   settings: SolverSettings | None = None) -> Relaxation:  # fmt: skip
     """Nothing fits: the smallest per-GPU need, the largest card offered and the GPUs that would fit."""
     if space.ram_short is not None:  # some configurations fit their cards: host RAM is what binds
         return Relaxation(["host_ram"], f"no plan fits: {ram_text(space)}", memory_needed_bytes=space.ram_short[0])
@@ -221,11 +254,14 @@ def explain_memory(space: Space, catalog: Catalog, source: str) -> Relaxation:
            f"offered "
            f"card ({largest.id}) has {usable:.1f} GiB usable ({largest.memory_gib:g} GiB less "
            f"{space.scenario.headroom:.0%} headroom)")  # fmt: skip
+    engine = setting_options(space, catalog, source, gpu_ids, settings or SolverSettings())
     if fit:
         msg += f"; GPUs that would fit (built-in offers): {', '.join(fit)}; set plan.gpu or allow.gpus to one of them"
-    else:
+    elif not engine:
         msg += "; no GPU in the catalog fits: shorten seq_len, use lora/qlora, or unpin cards, zero_stage and offload"
-    return Relaxation(["memory"], msg, memory_needed_bytes=need, gpus_that_fit=fit)
+    if engine:
+        msg += f"; each of these alone gives a plan: {'; '.join(o.text for o in engine)}"
+    return Relaxation(["memory"], msg, memory_needed_bytes=need, gpus_that_fit=fit, options=engine)
 
 
 # ------------------------------------------------------------------------------------------------ limits
@@ -307,7 +343,8 @@ def explain(space: Space, objective: Objective, limits: Limits, settings: Solver
     """The binding constraints of an infeasible scenario and the relaxation that fixes each (module docstring)."""
     check_pins(space, source)
     if len(space.cand) == 0:
-        rel = explain_memory(space, catalog, source)
+        rel = explain_memory(space, catalog, source, sorted(limits.gpus) if limits.gpus is not None else None,
+                             settings)  # fmt: skip
         _add_options(rel, space, limits, settings, catalog, source)  # the host RAM limit may be what binds
         return rel
     allow_core = _shrink(space, limits, settings)
@@ -351,8 +388,9 @@ def _add_options(rel: Relaxation, space: Space, limits: Limits, settings: Solver
                  source: str) -> None:  # fmt: skip
     """Fill ``rel.options`` with every single-limit change that restores a plan; the message names the others."""
     gpu_ids = sorted(limits.gpus) if limits.gpus is not None else None
-    rel.options = single_options(space, limits, settings, catalog, gpu_ids, source)
-    others = [o.text for o in rel.options if o.field not in rel.binding]
+    found = single_options(space, limits, settings, catalog, gpu_ids, source)
+    rel.options = rel.options + found  # after any the explanation found itself (engine settings), already said
+    others = [o.text for o in found if o.field not in rel.binding]
     if others:
         lead = "each of these alone also restores a plan" if rel.binding not in (["memory"], ["host_ram"]) \
             else "with room in host RAM"

@@ -42,7 +42,7 @@ class Option:
     """One single-limit change that restores a plan: the scenario field, the value to set, and a sentence."""
 
     field: str  # the scenario field to edit, e.g. "allow.max_host_memory_gib"
-    value: float | int | list[str]  # the value to set (a number) or the names to add (a list)
+    value: float | int | bool | str | list[str]  # the value to set (a number, a setting) or the names to add (a list)
     text: str  # e.g. "raise allow.max_host_memory_gib to 1,563 (GiB per node)"
 
 
