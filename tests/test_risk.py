@@ -62,6 +62,16 @@ def test_risk_limits_keep_the_deadline_at_the_slow_end(write_scenario):
     assert robust.uncertainty.risk.applies_to == ["memory", "deadline", "budget"]
 
 
+def test_a_deadline_missed_at_the_slow_end_points_to_risk_limits(write_scenario, run_cli):
+    plain = solve_scenario(write_scenario()).best
+    deadline = round((plain.time.hours + plain.uncertainty.time.hours_p90) / 2, 3)
+    text = " ".join(run_cli("solve", write_scenario("d.yaml", deadline_hours=deadline)).stdout.split())
+    assert "at the slow end: deadline MISSED; risk_limits: true chooses a plan that holds the deadline" in text
+    robust = " ".join(run_cli("solve", write_scenario("r.yaml", deadline_hours=deadline, risk_limits=True))
+                      .stdout.split())  # fmt: skip
+    assert "at the slow end: deadline met" in robust and "risk_limits: true chooses" not in robust
+
+
 def test_risk_limits_keep_the_budget_at_the_slow_end(write_scenario):
     big = {"data": {"tokens": 2.0e8, "epochs": 1}}  # 10 hours: the slow end's bill is hours more, not the same hour
     plain = solve_scenario(write_scenario(**big)).best

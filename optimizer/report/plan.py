@@ -270,11 +270,13 @@ def uncertainty_lines(est: Estimate) -> list[str]:
                    f"{within} {_gib(risk.usable)}")
     holds = [f"{name} {'met' if ok else 'MISSED'}" for name, ok in
              (("deadline", ut.meets_deadline_p90), ("budget", uc.within_budget_p90)) if ok is not None]  # fmt: skip
+    missed = any("MISSED" in h for h in holds) and risk is not None and "deadline" not in risk.applies_to
+    hint = "; risk_limits: true chooses a plan that holds the deadline and budget there" if missed else ""
     return [
         f"Uncertainty (10th-90th percentile of measured/predicted on {um.cases} + {ut.cases} held-out cases): "
         f"peak {_gib(um.total_p10)} to {_gib(um.total_p90)}, {memory}",
         f"  time {ut.hours_p10:,.1f}-{ut.hours_p90:,.1f} h, cost {uc.total_p10:,.2f}-{uc.total_p90:,.2f} {uc.currency}"
-        + (f"; at the slow end: {', '.join(holds)}" if holds else ""),
+        + (f"; at the slow end: {', '.join(holds)}{hint}" if holds else ""),
     ] + ([f"  time: {NO_RUN}"] if ut.published_run_like_this is False else []) + (
         [f"  time: {NO_P2P}"] if ut.no_peer_to_peer else []) + (
         [f"  time: {above_text(ut.published_run_like_this, est.time.hfu, ut.best_published_hfu)}"]
