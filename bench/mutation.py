@@ -78,6 +78,8 @@ HOST_TESTS = ["tests/test_hosts_values.py", "tests/test_offers_hosts.py", "tests
 MEASURE_TESTS = ["tests/test_measure_values.py", "tests/test_calibrate.py", "tests/test_calibrate_measure.py",
                  "tests/test_probe.py"]  # fmt: skip
 ENGINE_TESTS = ["tests/test_launch_values.py", "tests/test_launch.py", "tests/test_launch_engines.py"]
+MOE_LORA_TESTS = ["tests/test_moe_lora_targets.py"]  # MoE LoRA targets: launch names and the adapter count
+LORA_NAMES = "optimizer/launch/lora_names.py"
 PIPE_TESTS = ["tests/test_timing_structure.py", "tests/test_pipeline_interleaving.py", "tests/test_launch.py"]
 EXPLAIN_TESTS = ["tests/test_explain_relax.py", "tests/test_infeasible.py"]
 
@@ -432,6 +434,28 @@ MUTATIONS: list[Mutation] = [
     _m("launch-torchrun-every-card", "launch", LAUNCH_FILES,
        r"--nproc_per_node \{min\(plan\.cards, cards_per_node\)\}", "--nproc_per_node {plan.cards}", ENGINE_TESTS,
        "torchrun --nproc_per_node set to every card of a multi-node plan"),
+    # ---- MoE LoRA targets (catalogs/lora_targets.yaml)
+    _m("launch-moe-experts-as-module-names", "launch", LORA_NAMES,
+       r"modules = \[t for t in wanted if t not in MLP or linear_mlps\]", "modules = list(wanted)", MOE_LORA_TESTS,
+       "Mixtral's LoraConfig names gate_proj/up_proj/down_proj, modules no expert has: 13.6M adapters, 223M priced"),
+    _m("launch-moe-no-target-parameters", "launch", LORA_NAMES,
+       r'keys\["target_parameters"\] = list\(names\.parameters\)', "pass", MOE_LORA_TESTS,
+       "launch.yaml's LoraConfig leaves the routed experts out: PEFT adapts the attention only"),
+    _m("launch-axolotl-no-target-parameters", "launch", "optimizer/launch/axolotl_cfg.py",
+       r'cfg\["lora_target_parameters"\] = list\(names\.parameters\)', "pass", MOE_LORA_TESTS,
+       "axolotl.yaml adapts no expert of an MoE model"),
+    _m("launch-moe-arch-not-passed", "launch", "optimizer/solve/planner.py",
+       r"save_steps\(best\), space\.job\.arch\)", "save_steps(best))", MOE_LORA_TESTS,
+       "the solve writes the launch files without the model: Mixtral gets the dense module names again"),
+    _m("launch-llamafactory-experts-unnoted", "launch", "optimizer/launch/by_engine.py",
+       r"\[\*names\.notes, \*llamafactory_notes\(names\)\]", "[*names.notes]", MOE_LORA_TESTS,
+       "llamafactory.yaml silently adapts no expert of an MoE model"),
+    _m("launch-moe-dropout-unchecked", "launch", "optimizer/solve/planner.py",
+       r"if dropout is not None:  # the launch files could not start \(PEFT refuses it\)", "if False:", MOE_LORA_TESTS,
+       "an MoE plan with lora.dropout 0.05 whose LoraConfig PEFT refuses at start-up (ParamWrapper)"),
+    _m("memory-lora-moe-gate-up-unfused", "memory", MEM, r"gate_up = routed \* \(h \+ 2 \* w\) if",
+       "gate_up = 2 * routed * (h + w) if", [*MOE_LORA_TESTS, "tests/test_hf_config.py"],
+       "a routed expert's fused gate_up_proj priced as two adapters: 16.8M more than PEFT creates for Mixtral"),
     # ---- pipeline schedule
     _m("pipeline-interleaves-partial-groups", "timing", "optimizer/models/pipeline.py",
        r"return np\.where\(interleaving_allowed\(cfg\.grad_accum, cfg\.pp\), out, 1\)", "return out",

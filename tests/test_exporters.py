@@ -15,7 +15,7 @@ from optimizer.report.plan import launch_files
 from .conftest import REPO
 
 LAUNCH = Path(optimizer.launch.__file__).parent
-PLUMBING = {"__init__", "launch_common", "by_engine", "exporters"}  # shared pieces, not exporters
+PLUMBING = {"__init__", "launch_common", "lora_names", "by_engine", "exporters"}  # shared pieces, not exporters
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
 

@@ -107,7 +107,8 @@ def test_qwen2_moe_config_counts_the_shared_expert(tmp_path):
 
 def test_moe_memory_and_time_use_the_expert_widths(tmp_path):
     """Per token, an MoE block's activations and FLOPs are those of a dense block as wide as the experts a token
-    passes (4 x 1408 + 5632 = 11264, not 4 x intermediate_size); LoRA adapts every expert at its own width."""
+    passes (4 x 1408 + 5632 = 11264, not 4 x intermediate_size); LoRA adapts every expert at its own width, a routed
+    expert's gate and up as the one fused weight transformers 5 has (gate_up_proj, 2048 -> 2 x 1408)."""
     from optimizer.models import activations, memory, timing
     from tests.memory_builders import cfg, consts, job
 
@@ -122,7 +123,8 @@ def test_moe_memory_and_time_use_the_expert_widths(tmp_path):
     # GEMM FLOPs per token, full fine-tuning without recomputation: 6N, N the parameters a token passes through
     # (active: 4 of 60 routed experts) less the input embedding, whose lookup is no GEMM
     assert timing.flops_per_token_parts(job(arch), c)[0][0] == 6.0 * (arch.active_params - 151936 * 2048)
-    mlp = 24 * (60 * 3 * (2048 + 1408) + 3 * (2048 + 5632))  # gate, up, down of every expert and shared expert
+    routed = 60 * ((2048 + 2 * 1408) + (1408 + 2048))  # each routed expert: fused gate_up, and down
+    mlp = 24 * (routed + 3 * (2048 + 5632))  # and gate, up, down of the shared expert
     attn = 24 * 4 * (2048 + 2048)
     assert memory.lora_params(job(arch, "lora", rank=8, targets=["all-linear"])) == 8 * (attn + mlp)
     assert memory.largest_module_params(job(arch)) == 151936 * 2048  # the embedding, wider than any expert

@@ -81,6 +81,10 @@ def _variants() -> dict[str, dict[str, Any]]:
     out["trl-act-offload"] = _variant("hf_deepspeed", "lora", zero_stage=2, offload="none",
                                       training={"activation_offload": True})  # fmt: skip
     out["fsdp-qlora"] = _variant("hf_fsdp", "qlora", zero_stage=3, offload="none")
+    # an MoE model: its routed experts are LoRA target_parameters (Axolotl lora_target_parameters), not modules
+    # (PEFT adapts those without dropout)
+    out["fsdp-mixtral-lora"] = {**_variant("hf_fsdp", "lora", zero_stage=3, offload="none"), "model": "Mixtral-8x7B",
+                                "lora": {**_LORA, "dropout": 0.0}}  # fmt: skip
     out["fsdp-1gpu"] = _variant("hf_fsdp", "lora", cards=1, **_H100_CARD, zero_stage=3, offload="none")
     out["fsdp-fp16"] = _variant("hf_fsdp", zero_stage=3, offload="none", precision="fp16", **_A100)
     out["fsdp-2nodes"] = _variant("hf_fsdp", cards=16, zero_stage=3, offload="none")

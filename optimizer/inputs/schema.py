@@ -433,7 +433,8 @@ class LoraSpec(Strict):
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         min_length=1,
         description="HF module names that get adapters; default every linear layer of the decoder blocks "
-        "(all-linear is the same set); lm_head adds the output layer",
+        "(all-linear is the same set); lm_head adds the output layer; an MoE model's routed experts are adapted on "
+        "their fused parameters (catalogs/lora_targets.yaml)",
     )
     dropout: Float = Field(
         0.0,

@@ -1,10 +1,10 @@
 """Launch settings per engine: DeepSpeed, HF Trainer/accelerate, FSDP, torchtune, NeMo, LLaMA-Factory, Axolotl.
 
 One module per engine (hf_args, ds_config, fsdp_args, torchtune_cfg, nemo_cfg, llamafactory_cfg, axolotl_cfg), in
-exporters (the plans each serves and the file of its own it writes), the shared pieces in launch_common, and
-by_engine choosing among them. Each module names the library versions it was checked against; ``tests_real/``
-validates the settings with those libraries (``.ci/launch-check``). tests/test_exporters.py checks this list
-against the registry.
+exporters (the plans each serves and the file of its own it writes), the shared pieces in launch_common, the LoRA
+target names per model family in lora_names (catalogs/lora_targets.yaml), and by_engine choosing among them. Each
+module names the library versions it was checked against; ``tests_real/`` validates the settings with those
+libraries (``.ci/launch-check``). tests/test_exporters.py checks this list against the registry.
 """
 
 from optimizer.launch.by_engine import launch_settings

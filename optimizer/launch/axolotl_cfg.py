@@ -13,30 +13,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.inputs.schema import Attention, Checkpointing, Method, Offload, Precision, Scenario
+from optimizer.inputs.schema import Attention, Checkpointing, Method, ModelArch, Offload, Precision, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.ds_config import ds_declares_optimizer
 from optimizer.launch.hf_args import hf_optim, trainer_recomputes
-from optimizer.launch.launch_common import (
-    lora_targets,
-    plan_attention,
-    sharded,
-    torchrun_args,
-    uses_deepspeed,
-    uses_fsdp,
-)
+from optimizer.launch.launch_common import plan_attention, sharded, torchrun_args, uses_deepspeed, uses_fsdp
+from optimizer.launch.lora_names import lora_names
 
 CONFIG_FILE = "axolotl.yaml"
 # Axolotl attn_implementation (the flash_attention / sdp_attention / eager_attention booleans are deprecated aliases)
 ATTN_IMPLEMENTATION = {Attention.flash: "flash_attention_2", Attention.sdpa: "sdpa", Attention.eager: "eager"}
 
 
-def axolotl_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
+def axolotl_config(scenario: Scenario, plan: Plan, arch: ModelArch | None = None) -> dict[str, Any]:
     """The training YAML: model, adapter, rows, batch, precision, kernel, checkpointing, sharding, optimizer.
 
     Rows: ``sample_packing`` packs samples into ``sequence_len`` rows as a packed plan counts them (its multipack
     keeps each sample whole, so a sample longer than sequence_len is cut there: ``excess_length_strategy:
     truncate``, where the plan would continue it in the next row); unpacked, one sample per row, cut at sequence_len.
+    LoRA targets as ``arch`` names them (lora_names.py): an MoE model's routed experts are
+    ``lora_target_parameters`` (Axolotl's key for PEFT's target_parameters, utils/schemas/peft.py).
     """
     spec = scenario.lora_spec
     cfg: dict[str, Any] = {
@@ -50,11 +46,13 @@ def axolotl_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
         elif scenario.frozen_base_bits == 8:
             cfg["load_in_8bit"] = True
         cfg.update(lora_r=spec.rank, lora_alpha=spec.alpha, lora_dropout=spec.dropout)
-        targets = lora_targets(scenario)
-        if targets == "all-linear":
+        names = lora_names(scenario, arch)
+        if names.modules == "all-linear":
             cfg["lora_target_linear"] = True
         else:
-            cfg["lora_target_modules"] = list(targets)
+            cfg["lora_target_modules"] = list(names.modules)
+        if names.parameters:
+            cfg["lora_target_parameters"] = list(names.parameters)
     cfg.update({
         "datasets": [{"path": "<dataset>", "type": "<type>"}],
         "output_dir": "<output_dir>",

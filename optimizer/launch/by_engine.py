@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.inputs.schema import Checkpointing, Framework, OptimizerName, Scenario
+from optimizer.inputs.schema import Checkpointing, Framework, ModelArch, OptimizerName, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.axolotl_cfg import CONFIG_FILE as AXOLOTL_FILE
 from optimizer.launch.axolotl_cfg import axolotl_command, axolotl_notes
@@ -19,6 +19,7 @@ from optimizer.launch.fsdp_args import fsdp_plugin
 from optimizer.launch.hf_args import OLDEST_TRANSFORMERS, from_pretrained, hf_arguments, launcher, sft_config
 from optimizer.launch.launch_common import peft_lora_config, uses_deepspeed, uses_fsdp
 from optimizer.launch.llamafactory_cfg import llamafactory_settings
+from optimizer.launch.lora_names import llamafactory_notes, lora_names
 from optimizer.launch.nemo_cfg import nemo_settings
 from optimizer.launch.torchtune_cfg import torchtune_settings
 
@@ -36,16 +37,21 @@ HF_SELECTIVE = (
 )
 
 
-def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[dict[str, Any], list[str]]:
-    """TrainingArguments, from_pretrained, LoraConfig, command, DeepSpeed/FSDP settings and the LLaMA-Factory export."""
-    notes: list[str] = []
+def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int,
+                arch: ModelArch | None = None) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+    """TrainingArguments, from_pretrained, LoraConfig, command, DeepSpeed/FSDP settings and the LLaMA-Factory export.
+
+    ``arch`` names the LoRA targets (an MoE model's experts are parameters: lora_names.py); None: the scenario's.
+    """
+    names = lora_names(scenario, arch)
+    notes: list[str] = [*names.notes, *llamafactory_notes(names)]
     fsdp = fsdp_plugin(scenario, plan) if uses_fsdp(scenario, plan) else None
     settings: dict[str, Any] = {
         "training_arguments": hf_arguments(scenario, plan),
         "from_pretrained": from_pretrained(scenario, plan),
         "sft_config": sft_config(scenario),
     }
-    lora = peft_lora_config(scenario)
+    lora = peft_lora_config(scenario, arch)
     if lora is not None:
         settings["lora_config"] = lora
     settings["command"] = launcher(scenario, plan, fsdp)
@@ -68,15 +74,16 @@ def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[di
     return settings, notes
 
 
-def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int,
-                    save_steps: int | None = None) -> dict[str, Any]:  # fmt: skip
+def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int, save_steps: int | None = None,
+                    arch: ModelArch | None = None) -> dict[str, Any]:  # fmt: skip
     """Everything needed to start the plan with the scenario's framework, as plain data.
 
     ``save_steps``: optimizer steps between the checkpoint saves the plan's hours count (time.checkpoint_saves; the
     interval is the scenario's or the Young/Daly one, models/overheads.py). The HF-style files write it
     (TrainingArguments save_strategy "steps" and save_steps, LLaMA-Factory and Axolotl save_steps): without it the
     Trainer saves every 500 steps, which the plan did not price (a 70B checkpoint with its optimizer states is
-    about 1 TB); the other engines get a note.
+    about 1 TB); the other engines get a note. ``arch``: the model as the plan priced it, which names the HF-format
+    files' LoRA targets (lora_names.py); None takes the scenario's names as they are.
     """
     fw = scenario.training.framework
     if fw is Framework.torchtune:
@@ -84,8 +91,8 @@ def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int,
     elif fw is Framework.nemo:
         settings, notes = nemo_settings(scenario, plan, cards_per_node)
     else:
-        settings, notes = hf_settings(scenario, plan, cards_per_node)
-    settings.update(file_exports(scenario, plan))  # the files of their own (exporters.py), shown here too
+        settings, notes = hf_settings(scenario, plan, cards_per_node, arch)
+    settings.update(file_exports(scenario, plan, arch))  # the files of their own (exporters.py), shown here too
     if save_steps is not None:
         notes.append(save_note(fw, save_steps))
         for key in ("training_arguments", "llamafactory.yaml", AXOLOTL_FILE):

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
-from optimizer.inputs.schema import Framework, Scenario
+from optimizer.inputs.schema import Framework, ModelArch, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.axolotl_cfg import CONFIG_FILE, axolotl_config
 from optimizer.launch.ds_config import deepspeed_config
@@ -30,13 +30,17 @@ def _always(scenario: Scenario, plan: Plan) -> bool:
     return True
 
 
+Build = Callable[[Scenario, Plan, ModelArch | None], dict[str, Any]]  # a file's body; the architecture names targets
+
+
 @dataclass(frozen=True)
 class Exporter:
     """One engine module of optimizer/launch and what it exports.
 
     ``frameworks``: the scenario frameworks whose plans it serves; ``applies``: a further condition on the plan (e.g.
     DeepSpeed only when the plan runs under it); ``file``, ``build`` and ``fmt``: the file of its own beside
-    launch.yaml and its body (None: its settings live in launch.yaml only).
+    launch.yaml and its body (None: its settings live in launch.yaml only); ``build`` gets the model's architecture,
+    None where unknown, for the LoRA target names (lora_names.py).
     """
 
     engine: str  # README "engine" column
@@ -45,7 +49,7 @@ class Exporter:
     checked_against: str  # library versions (README; tests_real/ validates them)
     frameworks: frozenset[Framework]
     file: str | None = None
-    build: Callable[[Scenario, Plan], dict[str, Any]] | None = None
+    build: Build | None = None
     fmt: Literal["json", "yaml"] = "yaml"
     applies: Callable[[Scenario, Plan], bool] = _always
     plans: str = ""  # for which plans, in words (README, --launch-dir help)
@@ -63,7 +67,7 @@ EXPORTERS: tuple[Exporter, ...] = (
              "transformers 5.24 (oldest: 5.23, first with `activation_checkpointing`), accelerate 1.15, peft 0.21, "
              "trl 1.16", HF),  # fmt: skip
     Exporter("DeepSpeed", "ds_config", "ds_config.json (ZeRO stage, offload, batch sizes, precision)",
-             "DeepSpeed 0.19.8", HF, file="ds_config.json", build=lambda sc, p: deepspeed_config(p), fmt="json",
+             "DeepSpeed 0.19.8", HF, file="ds_config.json", build=lambda sc, p, arch: deepspeed_config(p), fmt="json",
              applies=uses_deepspeed, plans="hf plans under DeepSpeed"),  # fmt: skip
     Exporter("FSDP (accelerate)", "fsdp_args", "`--fsdp_*` flags", "accelerate 1.15, torch 2.13", HF),
     Exporter("torchtune", "torchtune_cfg", "recipe overrides (model builder incl. `qlora_*`, LoRA keys, optimizer, "
@@ -86,9 +90,10 @@ def file_names() -> list[str]:
     return [LAUNCH_FILE] + [e.file for e in EXPORTERS if e.file is not None]
 
 
-def file_exports(scenario: Scenario, plan: Plan) -> dict[str, dict[str, Any]]:
+def file_exports(scenario: Scenario, plan: Plan, arch: ModelArch | None = None) -> dict[str, dict[str, Any]]:
     """File name -> body of every exporter file that applies to the plan (also shown in launch.yaml)."""
-    return {e.file: e.build(scenario, plan) for e in EXPORTERS if e.writes_file(scenario, plan) and e.file and e.build}
+    return {e.file: e.build(scenario, plan, arch) for e in EXPORTERS
+            if e.writes_file(scenario, plan) and e.file and e.build}  # fmt: skip
 
 
 def yaml_text(body: Any) -> str:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.inputs.schema import Attention, Framework, Method, Offload, Precision, Scenario, Sharding
+from optimizer.inputs.schema import Attention, Framework, Method, ModelArch, Offload, Precision, Scenario, Sharding
 from optimizer.inputs.schema_plan import Plan
+from optimizer.launch.lora_names import lora_config_targets, lora_names
 
 # accelerate ``--mixed_precision`` choices: no | fp16 | bf16 | fp8 (accelerate commands/launch.py)
 ACCELERATE_PRECISION = {Precision.bf16: "bf16", Precision.fp16: "fp16", Precision.fp8: "fp8", Precision.fp32: "no"}
@@ -46,14 +47,20 @@ def sharded(scenario: Scenario, plan: Plan) -> bool:
 
 
 def lora_targets(scenario: Scenario) -> list[str] | str:
-    """The scenario's LoRA target modules (HF names), or the string ``all-linear``."""
+    """The scenario's LoRA target modules (HF names), or the string ``all-linear``: a dense model's module names.
+
+    The HF-format files name an MoE model's experts through :func:`lora_names.lora_names` instead.
+    """
     spec = scenario.lora_spec
     targets = [str(t) for t in spec.targets] if spec is not None else []
     return "all-linear" if "all-linear" in targets else targets
 
 
-def peft_lora_config(scenario: Scenario) -> dict[str, Any] | None:
-    """``peft.LoraConfig`` keyword arguments for a LoRA/QLoRA scenario (None for full fine-tuning)."""
+def peft_lora_config(scenario: Scenario, arch: ModelArch | None = None) -> dict[str, Any] | None:
+    """``peft.LoraConfig`` keyword arguments for a LoRA/QLoRA scenario (None for full fine-tuning).
+
+    The targets as ``arch`` names them (lora_names.py): an MoE model's routed experts are ``target_parameters``.
+    """
     spec = scenario.lora_spec
     if scenario.method is Method.full or spec is None:
         return None
@@ -61,7 +68,7 @@ def peft_lora_config(scenario: Scenario) -> dict[str, Any] | None:
         "r": spec.rank,
         "lora_alpha": spec.alpha,
         "lora_dropout": spec.dropout,
-        "target_modules": lora_targets(scenario),
+        **lora_config_targets(lora_names(scenario, arch)),
         "task_type": "CAUSAL_LM",
     }
 

@@ -11,19 +11,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.inputs.schema import Attention, Checkpointing, Method, Precision, Scenario
+from optimizer.inputs.schema import Attention, Checkpointing, Method, ModelArch, Precision, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.ds_config import ds_declares_optimizer
 from optimizer.launch.hf_args import hf_optim, launcher
-from optimizer.launch.launch_common import MASTER_PORT, lora_targets, plan_attention, uses_deepspeed, uses_fsdp
+from optimizer.launch.launch_common import MASTER_PORT, plan_attention, uses_deepspeed, uses_fsdp
+from optimizer.launch.lora_names import lora_names
 
 # LLaMA-Factory ModelArguments flash_attn: auto | disabled | sdpa | fa2
 FLASH_ATTN = {Attention.flash: "fa2", Attention.sdpa: "sdpa", Attention.eager: "disabled"}
 CONFIG_FILE = "llamafactory.yaml"
 
 
-def llamafactory_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
-    """The training YAML (model, method, dataset placeholders, batch and precision keys)."""
+def llamafactory_config(scenario: Scenario, plan: Plan, arch: ModelArch | None = None) -> dict[str, Any]:
+    """The training YAML (model, method, dataset placeholders, batch and precision keys).
+
+    ``lora_target`` names Linear modules only: an MoE model's routed experts, parameters in transformers 5, get no
+    adapter under LLaMA-Factory (lora_names.llamafactory_notes says so).
+    """
     spec = scenario.lora_spec
     cfg: dict[str, Any] = {
         # the catalog name is not a hub id: the user puts the checkpoint's path or hub id here
@@ -33,7 +38,7 @@ def llamafactory_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
         "finetuning_type": "full" if scenario.method is Method.full else "lora",
     }
     if scenario.method is not Method.full and spec is not None:
-        targets = lora_targets(scenario)
+        targets = lora_names(scenario, arch).modules
         cfg["lora_rank"] = spec.rank
         cfg["lora_alpha"] = spec.alpha
         cfg["lora_dropout"] = spec.dropout

@@ -35,7 +35,10 @@ ATTENTION_BACKEND = {Attention.flash: "flash", Attention.sdpa: "auto", Attention
 # ZeRO stage -> Megatron data-parallel sharding: stage 1 is the distributed optimizer; 2 and 3 are Megatron FSDP
 # with gradients (and parameters) sharded too
 SHARDING_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
-# HF module names -> Megatron's LoRA target_modules (NeMo nemo/collections/llm/peft/lora.py)
+# HF module names -> Megatron's LoRA target_modules (NeMo nemo/collections/llm/peft/lora.py). In an MoE model the
+# experts' Linears are linear_fc1 (gate and up fused) and linear_fc2 too (mlp.experts.local_experts.<i>.linear_fc1;
+# NeMo peft/utils.py is_expert_linear), so these names adapt every expert, as models/memory.py lora_params counts
+# them; the router (mlp.router) has no name here
 _LORA_TARGETS = {"q_proj": "linear_qkv", "k_proj": "linear_qkv", "v_proj": "linear_qkv", "o_proj": "linear_proj",
                  "gate_proj": "linear_fc1", "up_proj": "linear_fc1", "down_proj": "linear_fc2"}  # fmt: skip
 MEGATRON_OPTIMIZER = {OptimizerName.adamw: "adam", OptimizerName.sgd: "sgd"}  # the two Megatron-Core builds

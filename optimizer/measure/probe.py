@@ -40,6 +40,7 @@ from optimizer.inputs.errors import InputError
 from optimizer.inputs.schema import MAX_NAME, Attention, Framework, ModelArch
 from optimizer.inputs.schema_plan import Estimate, Plan
 from optimizer.launch.ds_config import deepspeed_config
+from optimizer.launch.lora_names import lora_config_targets, lora_names
 from optimizer.measure.calibrate import scenario_document
 from optimizer.models import cost
 from optimizer.solve.planner import Overrides, estimate_scenario, prepare, solve_scenario
@@ -243,6 +244,8 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
     arch = ModelArch(**base["model"])
     training = doc["training"]
     lora = sc.lora_spec.model_dump(mode="json") if sc.lora_spec is not None else None
+    if lora is not None:  # the names the built model has: an MoE model's experts are parameters (lora_names.py)
+        lora["peft_targets"] = lora_config_targets(lora_names(sc, arch))
     model = hf_model_config(arch)
     cfg = {"id": f"probe-{sc.name}-{p.gpu}x{doc['plan']['cards']}".lower(), "scenario": doc, "model": model,
            "layer_class": LAYER_CLASS[model["family"]], "method": sc.method.value, "lora": lora,

@@ -145,9 +145,13 @@ def build_model(cfg: dict[str, Any], device: str, quantise: bool | None = None) 
         import peft
 
         lora = cfg["lora"]
-        targets = "all-linear" if "all-linear" in lora["targets"] else [t for t in lora["targets"] if t != "lm_head"]
+        # ftopt's names for this model (an MoE model's routed experts as target_parameters); older configs: targets
+        names = lora.get("peft_targets") or {"target_modules": lora["targets"]}
+        modules = names["target_modules"]
+        targets = "all-linear" if "all-linear" in modules else [t for t in modules if t != "lm_head"]
+        extra = {"target_parameters": names["target_parameters"]} if names.get("target_parameters") else {}
         settings = peft.LoraConfig(r=lora["rank"], lora_alpha=lora["alpha"], target_modules=targets,
-                                   lora_dropout=lora["dropout"], task_type="CAUSAL_LM")  # fmt: skip
+                                   lora_dropout=lora["dropout"], task_type="CAUSAL_LM", **extra)  # fmt: skip
         model = peft.get_peft_model(model, settings)
     return model
 

@@ -117,27 +117,34 @@ def lora_params(job: Job) -> int:
 
     Per layer r [(h+h)_q + (h+h_kv)_k + (h+h_kv)_v + (h+h)_o + (h+I)_gate + (h+I)_up + (I+h)_down] for the targets
     chosen; ``lm_head`` adds r (h + V) once. MoE counts every MLP at its own width (each routed and shared expert,
-    and the dense blocks' MLPs). Source: Hu et al.
-    2021 (LoRA, arXiv 2106.09685) section 4; checked in formulas.md section 5 (Llama-3.1-8B r16 all-linear = 41.94M).
+    and the dense blocks' MLPs), except that a routed expert's gate and up are one fused weight h -> 2w, adapted
+    whole when either is a target: r (h + 2w) for the pair, r (w + h) for down. Fused in transformers 5
+    (MixtralExperts / Qwen2MoeExperts / Qwen3MoeExperts ``gate_up_proj``, which PEFT's ``target_parameters`` adapts
+    with A of r x h and B of 2w x r per expert: catalogs/lora_targets.yaml, measured with peft 0.21.2) and in
+    Megatron-Core (an expert's ``linear_fc1``). Source: Hu et al. 2021 (LoRA, arXiv 2106.09685) section 4; checked
+    in formulas.md section 5 (Llama-3.1-8B r16 all-linear = 41.94M).
     """
     if job.lora is None:
         return 0
     a = job.arch
     h, kv, r, hq = a.hidden, a.kv_width, job.lora.rank, a.q_width
+    routed, w = a.moe_layers * a.experts, a.expert_width  # routed experts over all blocks (0 for a dense model)
     mlps = sum(n for n, _ in a.mlp_widths)  # every SwiGLU MLP over all blocks (each expert is one)
     mlp = mlps * h + a.mlp_width_sum  # sum over the MLPs of (h + w): one of gate, up or down each
+    linear = mlp - routed * (h + w)  # the same over the Linear MLPs only (dense blocks, shared experts)
     all_layers = {
         "q_proj": (h + hq) * a.layers,  # h_q = a d = h unless the config gives head_dim (Gemma-2)
         "k_proj": (h + kv) * a.layers,
         "v_proj": (h + kv) * a.layers,
         "o_proj": (hq + h) * a.layers,
-        "gate_proj": mlp,
-        "up_proj": mlp,
+        "gate_proj": linear,
+        "up_proj": linear,
         "down_proj": mlp,
     }
     targets = _targets(job)
+    gate_up = routed * (h + 2 * w) if targets & {"gate_proj", "up_proj"} else 0  # the experts' fused weight
     head = (h + a.vocab) if "lm_head" in targets else 0
-    return r * (sum(w for name, w in all_layers.items() if name in targets) + head)
+    return r * (sum(w for name, w in all_layers.items() if name in targets) + gate_up + head)
 
 
 def linear_params(job: Job) -> int:

@@ -30,6 +30,7 @@ from optimizer.inputs.schema import Budget, Objective, PlanPins, Scenario, Statu
 from optimizer.inputs.schema_plan import CalibrationUse, CostReport, Estimate, MemoryReport, Plan, RiskUse, TimeReport
 from optimizer.inputs.yamlio import validate, validate_value
 from optimizer.launch import launch_settings
+from optimizer.launch.lora_names import expert_dropout_problem
 from optimizer.models import cost, hosts
 from optimizer.models import coverage as cov
 from optimizer.models.attention import attention_on
@@ -311,6 +312,9 @@ def load_space(path: str | Path, overrides: Overrides | None = None, deadline: f
     """
     sc, catalog, source = prepare(path, overrides)
     arch = resolve_model(sc, catalog, path)
+    dropout = expert_dropout_problem(sc, arch)
+    if dropout is not None:  # the launch files could not start (PEFT refuses it)
+        raise InputError(source, "lora.dropout", dropout)
     allow = canonical_allow(sc, catalog, source)
     with named_limits(source):
         space = build(sc, catalog, arch, source, deadline)
@@ -383,7 +387,7 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     with named_limits(source):
         traded = trade_off(space, limits, remaining(settings, deadline), out.index)
     per_node = next(o.cards_per_node for o in space.offers if o.id == best.plan.offer)
-    launch = launch_settings(sc, best.plan, per_node, save_steps(best))
+    launch = launch_settings(sc, best.plan, per_node, save_steps(best), space.job.arch)
     counts = (len(space.cand), space.enumerated)
     return SolveResult(sc, best, alternatives, top, None, space.currency, bound, *counts, launch, traded,
                        space.searched, top_k)  # fmt: skip
