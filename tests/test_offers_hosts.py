@@ -274,6 +274,36 @@ def test_checklist_expects_what_the_plan_was_computed_with(tmp_path):
     assert "all_reduce_perf" in by["all-reduce bus bandwidth over 4 GPUs"].command
 
 
+@pytest.mark.parametrize(
+    ("cards", "tp", "pp", "check", "command"),
+    [  # 8 cards a node; the data-parallel group is cards / (tp x pp), over every node it spans
+        (8, 1, 1, "over 8 GPUs", "all_reduce_perf -b 1G -e 1G -g 8 (nccl-tests)"),
+        (8, 4, 1, "over 2 GPUs (one of the plan's 4 data-parallel groups)", "all_reduce_perf -b 1G -e 1G -g 2 "),
+        (8, 2, 2, "over 2 GPUs (one of the plan's 4 data-parallel groups)", "all_reduce_perf -b 1G -e 1G -g 2 "),
+        (8, 4, 2, None, None),  # dp 1: no data-parallel all-reduce to measure
+        (16, 1, 1, "over 16 GPUs", "mpirun -np 16 all_reduce_perf -b 1G -e 1G -g 1 (nccl-tests; 8 ranks per node on 2"),
+        (16, 4, 1, "over 4 GPUs (one of the plan's 4", "mpirun -np 4 all_reduce_perf -b 1G -e 1G -g 1 (nccl-tests; 2 "),
+        (32, 8, 2, "over 2 GPUs (one of the plan's 16", "mpirun -np 2 all_reduce_perf -b 1G -e 1G -g 1 (nccl-tests; "),
+    ],
+)
+def test_checklist_allreduce_command_measures_the_group_its_line_names(tmp_path, cards, tp, pp, check, command):
+    # tp 4 x dp 2 on one node once said "over 2 GPUs" and printed -g 8 (all eight cards), and pp 2 counted as dp
+    o = offer("check-h100", "H100-SXM", 1.0, max_nodes=4, inter_node_gb_per_s=50.0)
+    doc = scenario_doc(catalog=str(write_offers(tmp_path, [o])), model="Llama-3.1-70B", global_batch=64,
+                       training={"framework": "nemo", "optimizer": "adamw", "attention": "flash"})  # fmt: skip
+    est = estimate_scenario(write(tmp_path, doc), {"gpu": "H100-SXM", "cards": cards, "tp": tp, "pp": pp,
+                                                   "micro_batch": 1, "checkpointing": "full"})  # fmt: skip
+    rows = [c for c in est.checklist if c.check.startswith("all-reduce")]
+    if check is None:
+        assert rows == []
+        return
+    assert len(rows) == 1 and rows[0].check.startswith(f"all-reduce bus bandwidth {check}")
+    assert rows[0].command.startswith(command)
+    if cards > 8:  # the ranks of one group over the nodes it spans
+        dp = cards // (tp * pp)
+        assert f"{dp // min(cards // 8, dp)} rank" in rows[0].command
+
+
 # ------------------------------------------------------------------------------------------------ owned machines
 
 

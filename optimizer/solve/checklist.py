@@ -19,9 +19,28 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.inputs.schema_plan import CheckItem
-from optimizer.models import timing
+from optimizer.models import comm, timing
 
 MIB = 2**20
+
+
+def allreduce_check(dp: int, groups: int) -> str:
+    """The all-reduce check's line: the data-parallel group it measures, one of the tp x pp groups when several."""
+    line = f"all-reduce bus bandwidth over {dp} GPUs"
+    return line if groups == 1 else f"{line} (one of the plan's {groups} data-parallel groups)"
+
+
+def allreduce_command(dp: int, nodes: int) -> str:
+    """nccl-tests all_reduce_perf over one data-parallel group of ``dp`` GPUs spread over ``nodes`` nodes.
+
+    One node: one process driving ``dp`` GPUs (``-g``). Across nodes: one rank per GPU, ``dp / nodes`` per node
+    (the group's ranks are spread over every node it spans, comm.dp_nodes).
+    """
+    if nodes <= 1:
+        return f"all_reduce_perf -b 1G -e 1G -g {dp} (nccl-tests)"
+    per_node = -(-dp // nodes)
+    ranks = "1 rank" if per_node == 1 else f"{per_node} ranks"
+    return f"mpirun -np {dp} all_reduce_perf -b 1G -e 1G -g 1 (nccl-tests; {ranks} per node on {nodes} nodes)"
 
 
 def for_row(space: Any, i: int, time_ratio_p90: float | None = None) -> list[CheckItem]:
@@ -52,14 +71,12 @@ def for_row(space: Any, i: int, time_ratio_p90: float | None = None) -> list[Che
                   expected=round(hbm, 1), unit="GB/s (HBM peak)",
                   stop_if=f"below {hbm * float(tol['d2d_stop_below']):,.0f} GB/s"),
     ]  # fmt: skip
-    group = int(c.cards[i]) // int(cfg.tp[0])
-    if group > 1:
+    dp = int(cfg.dp[0])
+    if dp > 1:
         bus = float(timing.dp_bandwidth(cfg, hw)[0]) / 1e9
-        per_node = min(int(c.cards[i]), int(hw.cards_per_node[0]))
-        nodes = int(c.nodes[i])
-        cmd = (f"all_reduce_perf -b 1G -e 1G -g {per_node}" if nodes == 1 else
-               f"mpirun -np {group} all_reduce_perf -b 1G -e 1G -g 1 (across the {nodes} nodes)")  # fmt: skip
-        items.append(CheckItem(check=f"all-reduce bus bandwidth over {group} GPUs", command=f"{cmd} (nccl-tests)",
+        groups = int(cfg.tp[0]) * int(cfg.pp[0])
+        items.append(CheckItem(check=allreduce_check(dp, groups),
+                               command=allreduce_command(dp, int(comm.dp_nodes(cfg, hw)[0])),
                                expected=round(bus, 2), unit="GB/s busbw",
                                stop_if=f"below {bus * float(tol['busbw_stop_below']):,.1f} GB/s"))  # fmt: skip
     items += [
