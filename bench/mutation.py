@@ -315,6 +315,9 @@ MUTATIONS: list[Mutation] = [
     _m("portfolio-sharing-dearest-unit", "portfolio", "optimizer/portfolio/problem.py",
        r"long_price = min\(rental\.prices\[t\.value\]", "long_price = max(rental.prices[t.value]", PORTFOLIO_TESTS,
        "the sharing test prices a block at the dearest long unit: sharing left out, a worse schedule called optimal"),
+    _m("portfolio-table-offload-dropped", "portfolio", "optimizer/report/portfolio.py",
+       r'parts \+= \[f"offload=\{p\[\'offload\'\]\}"\] if p\["offload"\] != "none" else \[\]', "parts += []",
+       ["tests/test_portfolio.py"], "the 70B job's plan column hides the optimizer offload that needs ~1.6 TB of RAM"),
     # ---- hosts and spot
     _m("spot-mean-interval-not-rate", "hosts", "optimizer/models/hosts.py",
        r"mean = run\(2\.0 / \(1\.0 / mtbi_low_h \+ 1\.0 / mtbi_high_h\)\)",

@@ -302,3 +302,22 @@ def test_portfolio_help_states_the_exit_rule(run_cli):
     text = " ".join(run_cli("portfolio", "--help").stdout.split())
     assert "1 some job occurrence has no plan: status infeasible (text and --json alike)" in text
     assert "2 bad input, in the portfolio or in a job's scenario" in text
+
+
+def test_the_jobs_table_shows_offload_when_a_plan_needs_it(run_cli):
+    # team-q1's 70B job offloads its optimizer states (~1.6 TB of host RAM): the plan column once left that out
+    path = REPO / "portfolios" / "team-q1.yaml"
+    doc = json.loads(run_cli("portfolio", path, "--json").stdout)
+    res = run_cli("portfolio", path)
+    assert res.exit_code == 0, res.stderr
+    table = " ".join(res.stdout.replace("│", " ").split())
+    offloads = {j["plan"]["offload"] for j in doc["jobs"]}
+    assert offloads - {"none"}, "team-q1 no longer has an offloading job: pick another example"
+    assert table.count("offload=") == sum(j["plan"]["offload"] != "none" for j in doc["jobs"])
+    for off in offloads - {"none"}:
+        assert f"offload={off}" in table
+    from optimizer.report.portfolio import plan_text
+
+    plan = {"tp": 2, "pp": 2, "dp": 2, "zero_stage": 1, "offload": "none", "micro_batch": 4, "checkpointing": "none"}
+    assert plan_text(plan) == "tp2 pp2 dp2 Z1 mb4 ck=none"
+    assert plan_text({**plan, "pp": 1, "offload": "optimizer"}) == "tp2 dp2 Z1 offload=optimizer mb4 ck=none"

@@ -40,15 +40,24 @@ def _money(value: float | None, currency: str) -> str:
     return "-" if value is None else f"{value:,.2f} {currency}"
 
 
+def plan_text(p: dict[str, Any]) -> str:
+    """A job's plan in the table: tp, pp (when above 1), dp, ZeRO stage, offload (when not none), micro-batch, ck.
+
+    One token per setting, no space inside one, so a narrow column wraps between settings, never inside one.
+    """
+    parts = [f"tp{p['tp']}"] + ([f"pp{p['pp']}"] if p["pp"] > 1 else []) + [f"dp{p['dp']}", f"Z{p['zero_stage']}"]
+    parts += [f"offload={p['offload']}"] if p["offload"] != "none" else []
+    return " ".join(parts + [f"mb{p['micro_batch']}", f"ck={p['checkpointing']}"])
+
+
 def _jobs_table(result: PortfolioResult) -> Table:
     table = Table(title="Job occurrences", title_justify="left")
     for col in ("job", "#", "start h", "end h", "GPU x cards", "where", "offer", "plan"):
         table.add_column(col, justify="right" if col in ("#", "start h", "end h") else "left")
     for j in result.jobs:
-        p = j["plan"]
-        plan = f"tp {p['tp']} dp {p['dp']} zero {p['zero_stage']} mb {p['micro_batch']} ck {p['checkpointing']}"
-        table.add_row(escape(j["name"]), str(j["occurrence"]), f"{j['start_hours']:,.1f}", f"{j['end_hours']:,.1f}",
-                      f"{j['gpu']} x{j['cards']}", j["where"], escape(j["offer"] or "-"), plan)  # fmt: skip
+        hours = (f"{j['start_hours']:,.1f}", f"{j['end_hours']:,.1f}")
+        table.add_row(escape(j["name"]), str(j["occurrence"]), *hours, f"{j['gpu']} x{j['cards']}", j["where"],
+                      escape(j["offer"] or "-"), plan_text(j["plan"]))  # fmt: skip
     return table
 
 
