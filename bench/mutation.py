@@ -498,6 +498,9 @@ MUTATIONS: list[Mutation] = [
     _m("batch-row-write-not-held", "batch", "optimizer/solve/batch.py",
        r"with interrupt_deferred\(\):", "with threading.Lock():", ["tests/test_batch.py"],
        "a Ctrl-C as a row is written cuts it short instead of waiting for it: a solved row is lost"),
+    _m("batch-error-path-repeated", "batch", "optimizer/solve/batch.py",
+       r"return error\[len\(prefix\) :\] if error\.startswith\(prefix\) else error", "return error",
+       ["tests/test_batch.py"], "error X/broken.yaml: X/broken.yaml: catalog: ... names the scenario twice"),
 ]
 
 

@@ -297,6 +297,27 @@ def test_batch_cli_streams_rows_and_prints_a_summary_with_errors(run_cli, folder
     assert "e-unknown-model.yaml" in res.stderr
 
 
+def test_an_error_line_names_the_scenario_path_once(run_cli, write_scenario, tmp_path: Path):
+    # "error X/broken.yaml: X/broken.yaml: catalog: ..." once; an error in another file keeps that file's path
+    broken = write_scenario("broken.yaml", catalog="nosuchcatalog")
+    offers = tmp_path / "offers-bad.yaml"
+    offers.write_text("schema_version: 1\ncurrency: USD\noffers: [{id: x}]\n")
+    other = write_scenario("other.yaml", catalog=str(offers))
+    out = tmp_path / "results.jsonl"
+    res = run_cli("batch", broken, other, "-o", out, "--html", tmp_path / "batch.html")
+    lines = [line for line in res.stderr.splitlines() if line.startswith("error ")]
+    assert len(lines) == 2, res.stderr
+    mine = next(line for line in lines if "broken.yaml" in line)
+    assert mine.count(str(broken)) == 1
+    assert mine.startswith(f"error {broken}: catalog: catalog file 'nosuchcatalog' not found")
+    theirs = next(line for line in lines if "other.yaml" in line)
+    assert theirs.startswith(f"error {other}: {offers}: offers[0]")
+    page = (tmp_path / "batch.html").read_text()
+    assert "catalog: catalog file &#x27;nosuchcatalog&#x27;" in page and f"{broken}: catalog:" not in page
+    rows = {Path(r["scenario"]).name: r for r in _lines(out)}  # the results file keeps the whole message
+    assert rows["broken.yaml"]["error"].startswith(f"{broken}: catalog: ")
+
+
 def test_batch_cli_without_output_prints_a_table(run_cli, folder: Path):
     res = run_cli("batch", folder / "a-7b-qlora.yaml")
     assert res.exit_code == 0, res.output

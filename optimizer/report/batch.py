@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from optimizer.inputs.terminal import escape
-from optimizer.solve.batch import BatchSummary, sigint_ignored
+from optimizer.solve.batch import BatchSummary, row_error, sigint_ignored
 
 # ------------------------------------------------------------------------------------------------ batch
 
@@ -70,7 +70,7 @@ def batch_table(rows: list[dict[str, Any]]) -> Table:
         cost = f"{float(r['cost']):,.2f} {r['currency']}" if solved else ""
         hours = f"{float(r['hours']):,.2f}" if solved else ""
         table.add_row(escape(str(r["scenario"])), str(r["status"]), escape(r["gpu"] or ""), str(r["cards"] or ""),
-                      layout, hours, cost, escape(r["error"] or ""))  # fmt: skip
+                      layout, hours, cost, escape(row_error(r)))  # fmt: skip
     return table
 
 
@@ -97,7 +97,7 @@ def print_batch_summary(summary: BatchSummary, output: str | None, console: Cons
                   f"skipped {summary.skipped} already in the output{changed}")  # fmt: skip
     errors = summary.errors
     for r in errors[:MAX_ERRORS_SHOWN]:
-        console.print(f"[red]error[/red] {escape(str(r['scenario']))}: {escape(str(r['error']))}", soft_wrap=True)
+        console.print(f"[red]error[/red] {escape(str(r['scenario']))}: {escape(row_error(r))}", soft_wrap=True)
     if len(errors) > MAX_ERRORS_SHOWN:
         console.print(f"... and {len(errors) - MAX_ERRORS_SHOWN} more errors (rows with status error in the output)")
     if output is not None:

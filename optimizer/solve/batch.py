@@ -152,6 +152,17 @@ def solve_row(path: str, settings: SolverSettings = DEFAULT_SETTINGS, calibratio
     return row
 
 
+def row_error(row: Row) -> str:
+    """A row's error as shown beside its scenario: without the scenario path the row already names.
+
+    An error in the scenario file itself starts with that path (InputError: "FILE: field: ..."); an error in
+    another file (a catalog, a config.json) keeps its own path.
+    """
+    error = str(row.get("error") or "")
+    prefix = f"{row.get('scenario')}: "
+    return error[len(prefix) :] if error.startswith(prefix) else error
+
+
 def _fail(row: Row, message: str) -> None:
     for key in REQUIRED_FIELDS[2:]:
         row[key] = None

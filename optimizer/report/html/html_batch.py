@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from optimizer.report.html.html_shell import Cell, cell, esc, num, section, table
+from optimizer.solve.batch import row_error
 
 STATUSES = ("optimal", "feasible", "infeasible", "error")
 
@@ -50,7 +51,7 @@ def batch_section(rows: Sequence[dict[str, Any]]) -> str:
                     cell(_plan(r)),
                     _num_cell(r.get("cost")), cell(r.get("currency") or ""), _num_cell(r.get("hours")),
                     _num_cell(r.get("cost_p90")), _num_cell(r.get("hours_p90")), cell(fits_text),
-                    cell(r.get("error") or "")])  # fmt: skip
+                    cell(row_error(r))])  # fmt: skip
         attrs.append(f'data-status="{esc(r.get("status"))}"')
     head = ("scenario", "name", "status", "plan", "cost", "currency", "hours", "cost p90", "hours p90", "fits p90",
             "error")  # fmt: skip
