@@ -501,6 +501,9 @@ MUTATIONS: list[Mutation] = [
     _m("batch-error-path-repeated", "batch", "optimizer/solve/batch.py",
        r"return error\[len\(prefix\) :\] if error\.startswith\(prefix\) else error", "return error",
        ["tests/test_batch.py"], "error X/broken.yaml: X/broken.yaml: catalog: ... names the scenario twice"),
+    _m("cli-builtin-catalogs-typed", "output", "optimizer/cli/commands.py",
+       r'    return ", "\.join\(builtin_offer_names\(\)\)', '    return "cn, us"', ["tests/test_help_text.py"],
+       "--catalog help lists two built-in catalogs (cn, us) where catalogs/offers/ holds seven"),
 ]
 
 

@@ -29,3 +29,34 @@ def test_files_cited_in_help_exist_in_the_repository(run_cli):
     cited = {m for t in texts for m in re.findall(r"[\w./-]+\.(?:md|yaml)\b", t) if "/" in m}
     assert cited, "expected help to cite docs"
     assert [c for c in cited if not (REPO / c).exists() and not c.startswith(("scenarios/", "my-"))] == []
+
+
+def _builtin_catalogs() -> list[str]:
+    return sorted(p.stem for p in (REPO / "catalogs" / "offers").glob("*.yaml"))
+
+
+def test_help_that_lists_the_built_in_catalogs_lists_every_one(run_cli):
+    # --catalog once said "(cn, us)" when catalogs/offers/ held seven files; the list is now built from the files
+    names = _builtin_catalogs()
+    assert len(names) >= 7
+    seen = 0
+    for name, cmd in _commands(cli):
+        for p in cmd.params:
+            if isinstance(p, click.Option) and "built-in" in (p.help or ""):
+                listed = re.search(r"built-in name \(([^)]*)\)", p.help or "")
+                assert listed, f"{name} {p.opts[0]}: {p.help}"
+                assert listed.group(1).split(", ") == names, f"{name} {p.opts[0]}"
+                seen += 1
+    assert seen >= 8  # --catalog and --add-catalog of solve, pareto, estimate, ...
+    text = " ".join(run_cli("estimate", "--help").stdout.split())
+    assert f"built-in name ({', '.join(names)})" in text
+
+
+def test_docs_that_list_the_built_in_catalogs_list_every_one():
+    names = set(_builtin_catalogs())
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    lists = [(page.name, line) for page in pages for line in page.read_text(encoding="utf-8").splitlines()
+             if re.search(r"built-in(?: name)?[:( ]+cn\b|built-in(?: name)? \(", line)]  # fmt: skip
+    assert len(lists) >= 2
+    for page, line in lists:
+        assert {n for n in names if re.search(rf"\b{n}\b", line)} == names, f"{page}: {line}"

@@ -20,7 +20,7 @@ from optimizer.cli.catalog_import import import_group
 from optimizer.cli.measure import calibrate_command, probe_command
 from optimizer.cli.portfolio import portfolio as portfolio_command
 from optimizer.inputs.atomic import write_folder_atomic
-from optimizer.inputs.catalog import load_catalog
+from optimizer.inputs.catalog import builtin_offer_names, load_catalog
 from optimizer.inputs.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
@@ -93,17 +93,23 @@ def calibration_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--calibration", type=click.Path(), help="Calibration overlay (ftopt calibrate).")(f)
 
 
+def builtin_catalogs() -> str:
+    """The built-in catalog names for help texts, from the files in catalogs/offers/ (so the list cannot go stale)."""
+    return ", ".join(builtin_offer_names())
+
+
 def catalog_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--catalog``: offer files replacing the scenario's."""
     return click.option("--catalog", "catalogs", multiple=True, type=click.Path(),
-                        help="Offers file or built-in name (cn, us); REPLACES the scenario's catalog (repeatable).",
-                        )(f)  # fmt: skip
+                        help=f"Offers file or built-in name ({builtin_catalogs()}); REPLACES the scenario's catalog "
+                        "(repeatable).")(f)  # fmt: skip
 
 
 def add_catalog_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--add-catalog``: offer files added to the scenario's."""
     return click.option("--add-catalog", "added", multiple=True, type=click.Path(),
-                        help="Offers file offered BESIDE the scenario's catalog (repeatable).")(f)  # fmt: skip
+                        help=f"Offers file or built-in name ({builtin_catalogs()}) offered BESIDE the scenario's "
+                        "catalog (repeatable).")(f)  # fmt: skip
 
 
 def overrides(objective: str | None = None, budget: float | None = None, deadline_hours: float | None = None,
