@@ -504,6 +504,9 @@ MUTATIONS: list[Mutation] = [
     _m("cli-builtin-catalogs-typed", "output", "optimizer/cli/commands.py",
        r'    return ", "\.join\(builtin_offer_names\(\)\)', '    return "cn, us"', ["tests/test_help_text.py"],
        "--catalog help lists two built-in catalogs (cn, us) where catalogs/offers/ holds seven"),
+    _m("engines-sharding-unchecked", "solver", "optimizer/models/engines.py",
+       r"    refused = sharding_refusal\(scenario, cap\)\n", "    refused = None\n", ["tests/test_engines.py"],
+       "training: {framework: nemo, sharding: fsdp} accepted silently, though NeMo never reads the field"),
 ]
 
 

@@ -193,3 +193,24 @@ def test_zero_0_with_offload_is_one_line_at_the_cli(write_scenario, run_cli):
     assert done.exit_code == 2
     assert "plan.offload" in done.stderr and "zero_stage 1, 2 or 3" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("framework,sharding,refused", [
+    ("nemo", "fsdp", True),  # once accepted silently: NeMo shards by the plan's ZeRO stage, never by this field
+    ("nemo", "deepspeed", False),  # the default: stands for "not set" outside hf
+    ("torchtune", "fsdp", False),  # what torchtune runs (scenarios/8b-full-torchtune.yaml states it)
+    ("torchtune", "deepspeed", False),
+    ("hf", "fsdp", False),
+    ("hf", "deepspeed", False),
+])  # fmt: skip
+def test_a_sharding_the_framework_does_not_run_is_a_one_line_error(run_cli, write_scenario, framework, sharding,
+                                                                    refused):  # fmt: skip
+    path = write_scenario(f"{framework}-{sharding}.yaml", catalog="us",
+                          training={"framework": framework, "sharding": sharding, "attention": "sdpa"})  # fmt: skip
+    res = run_cli("solve", path, "--json")
+    if not refused:
+        assert res.exit_code == 0, res.stderr
+        return
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and res.stdout == "", res.stderr
+    assert res.stderr.startswith(f"ftopt: error: {path}: training.sharding: fsdp is read by framework hf only")
+    assert res.stderr.rstrip().endswith("allowed: leave it out")

@@ -72,8 +72,9 @@ def _scenario(write_scenario, engine, method, optimizer, technique):
     return write_scenario(f"{engine}-{method}-{optimizer}-{len(technique) and next(iter(technique))}.yaml",
                           model="Llama-3.2-3B", method=method, lora=lora, global_batch=16, catalog="us",
                           plan={"gpu": "H100-SXM"},
-                          training={"framework": framework, "sharding": sharding or "fsdp", "optimizer": optimizer,
-                                    "attention": "sdpa", **technique})  # fmt: skip
+                          training={"framework": framework, "optimizer": optimizer, "attention": "sdpa",
+                                    **({} if framework == "nemo" else {"sharding": sharding or "fsdp"}),
+                                    **technique})  # fmt: skip
 
 
 def _rows(ev):

@@ -46,7 +46,9 @@ def _variant(engine: str, method: str = "full", **plan: Any) -> dict[str, Any]:
     """A scenario document: engine hf_deepspeed | hf_fsdp | torchtune | nemo, the method, plan pins."""
     training: dict[str, Any] = dict(plan.pop("training", {}))
     framework, _, sharding = engine.partition("_")
-    training.update(framework=framework, sharding=sharding or "fsdp")
+    training.update(framework=framework)
+    if framework != "nemo":  # training.sharding is hf's choice; torchtune runs FSDP, nemo refuses the field's fsdp
+        training["sharding"] = sharding or "fsdp"
     training.setdefault("attention", "flash")
     doc = {**_BASE, "method": method, "training": training, "plan": {**_H100, "cards": 8, **plan}}
     if method != "full":

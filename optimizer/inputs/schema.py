@@ -497,7 +497,11 @@ class Training(Strict):
         "TRL); nemo runs full and lora, torchtune qlora only models with a qlora_* builder (Llama 2, 3.1, 3.2, "
         "Mistral)",
     )
-    sharding: Sharding = Field(Sharding.deepspeed, description="hf only: how ZeRO-style sharding is implemented")
+    sharding: Sharding = Field(
+        Sharding.deepspeed,
+        description="hf only: how ZeRO-style sharding is implemented; elsewhere leave it out (torchtune may state "
+        "fsdp, which it runs; nemo refuses fsdp: it shards by the plan's ZeRO stage)",
+    )
     optimizer: OptimizerName = Field(
         OptimizerName.adamw,
         description="decides the optimizer-state bytes per "

@@ -24,6 +24,7 @@ from optimizer.inputs.schema import (
     OptimizerName,
     Precision,
     Scenario,
+    Sharding,
 )
 from optimizer.models.configs import Job
 
@@ -160,6 +161,7 @@ class Capabilities:
     offload_needs_checkpointing: bool = False
     hybrid_shard: bool = False  # shards inside each node and replicates across nodes (``hybrid_shard``)
     optimizer_kernels: tuple[str, ...] | None = None  # AdamW implementations it runs (``optimizer_kernels``)
+    shardings: tuple[str, ...] | None = None  # training.sharding values its framework takes (``sharding``)
 
     def allows_tp(self, tp: int) -> bool:
         """Whether the engine runs this tensor-parallel degree."""
@@ -179,6 +181,7 @@ def capabilities(scenario: Scenario, catalog: Catalog) -> Capabilities:
     optimizers = _framework_table(catalog, "optimizers").get(key)
     in_bwd = _framework_table(catalog, "optimizer_in_backward").get(key, [])
     kernels = _framework_table(catalog, "optimizer_kernels").get(key)
+    shardings = _framework_table(catalog, "sharding").get(scenario.training.framework.value)
     needs = catalog.calibration.get("frameworks", {}).get("activation_offload_needs_checkpointing", [])
     return Capabilities(
         engine=key,
@@ -190,7 +193,24 @@ def capabilities(scenario: Scenario, catalog: Catalog) -> Capabilities:
         offload_needs_checkpointing=key in needs,
         hybrid_shard=key in catalog.calibration.get("frameworks", {}).get("hybrid_shard", []),
         optimizer_kernels=tuple(kernels) if kernels is not None else None,
+        shardings=tuple(shardings) if shardings is not None else None,
     )
+
+
+def sharding_refusal(scenario: Scenario, cap: Capabilities) -> tuple[str, str] | None:
+    """(field, problem) when ``training.sharding`` names a sharding the framework does not run, else None.
+
+    The default (deepspeed) passes everywhere: outside hf it stands for "not set" (calibration
+    ``frameworks.sharding``).
+    """
+    sharding = scenario.training.sharding
+    if cap.shardings is None or sharding is Sharding.deepspeed or sharding.value in cap.shardings:
+        return None
+    name = scenario.training.framework.value
+    takes = " | ".join(s for s in cap.shardings if s != Sharding.deepspeed.value)
+    allowed = f"{takes}, or leave it out" if takes else "leave it out"
+    return ("training.sharding", f"{sharding.value} is read by framework hf only (DeepSpeed or FSDP); {name} shards "
+            f"by the plan's ZeRO stage and would ignore it; allowed: {allowed}")  # fmt: skip
 
 
 def scenario_refusals(scenario: Scenario, cap: Capabilities) -> list[tuple[str, str]]:
@@ -209,6 +229,9 @@ def scenario_refusals(scenario: Scenario, cap: Capabilities) -> list[tuple[str, 
     elif cap.optimizer_kernels is not None and kernel.value not in cap.optimizer_kernels:
         out.append(("training.optimizer_kernel", f"{name} steps AdamW {' | '.join(cap.optimizer_kernels)}, "
                     f"not {kernel.value}"))  # fmt: skip
+    refused = sharding_refusal(scenario, cap)
+    if refused is not None:
+        out.append(refused)
     if scenario.training.optimizer_in_backward and scenario.method.value not in cap.in_backward:
         runs = ", ".join(cap.in_backward) or "no method"
         out.append(("training.optimizer_in_backward", f"{cap.engine} runs the optimizer in backward for {runs}; "
