@@ -92,6 +92,25 @@ def test_every_engine_writes_rows_of_seq_len_as_the_plan_counts_them(packing):
         assert nemo == {"seq_length": 4096, "micro_batch_size": 2, "global_batch_size": rows}
 
 
+def test_a_nemo_pack_says_why_its_seq_length_and_global_batch_differ_from_the_plan():
+    # seq_length 8192 and global_batch_size 16 against a plan of 4096-token rows and 32 rows a step read as a
+    # mistake without a word: the note gives the arithmetic, and the tokens per step it names are the plan's
+    # (32 rows x 4,096 = 131,072 = 16 packs x 8,192)
+    plan = _plan(gpu="H100-SXM", precision="bf16")  # micro-batch 2, accumulation 4, dp 4: 32 rows a step
+    settings = launch_settings(_scenario("nemo", seq_len=4096), plan, 8)
+    data = settings["nemo"]["data"]
+    notes = [n for n in settings.get("notes", []) if n.startswith("data (packed)")]
+    assert len(notes) == 1
+    note = notes[0]
+    assert f"seq_length {data['seq_length']} = seq_len 4096 x micro_batch 2" in note
+    assert f"global_batch_size {data['global_batch_size']} = global batch 32 / 2" in note
+    assert "(16 x 8,192 = 32 x 4,096 = 131,072)" in note
+    unpacked = _scenario("nemo", seq_len=4096, data={"samples": 10_000, "avg_tokens": 900, "epochs": 1,
+                                                     "packing": False})  # fmt: skip
+    for sc, p in ((unpacked, plan), (_scenario("nemo", seq_len=4096), _plan(gpu="H100-SXM", micro_batch=1))):
+        assert not any(n.startswith("data (packed)") for n in launch_settings(sc, p, 8).get("notes", []))
+
+
 def test_a_one_gpu_torchtune_offload_pin_is_refused_with_the_field(run_cli, write_scenario):
     """full_finetune_distributed shards, and so offloads, only with two or more data-parallel ranks."""
     path = write_scenario(model="Llama-3.2-3B", method="full", lora=None, training={"framework": "torchtune"},

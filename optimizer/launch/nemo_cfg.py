@@ -108,6 +108,18 @@ def data_module(scenario: Scenario, plan: Plan) -> dict[str, Any]:
     }
 
 
+def packing_note(scenario: Scenario, plan: Plan) -> str | None:
+    """Why packed data reads seq_len x m and global batch / m (:func:`data_module`); None when nothing changes."""
+    m = plan.micro_batch
+    if not scenario.data.packing or m == 1:
+        return None
+    rows, s = m * plan.grad_accum * plan.dp, scenario.seq_len
+    return (f"data (packed): NeMo packs the micro-batch's {m} sequences into one row and takes micro_batch_size 1, "
+            f"so seq_length {s * m} = seq_len {s} x micro_batch {m} and "
+            f"global_batch_size {rows // m} = global batch {rows} / {m}; tokens per step are the plan's "
+            f"({rows // m} x {s * m:,} = {rows} x {s:,} = {rows * s:,})")  # fmt: skip
+
+
 def lora_notes(scenario: Scenario) -> list[str]:
     """What NeMo's LoRA adapts differently from the scenario's targets (Megatron fuses q/k/v and gate/up)."""
     spec = scenario.lora_spec
@@ -156,6 +168,9 @@ def nemo_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[
         "data": data_module(scenario, plan),
         "precision": NEMO_PRECISION[plan.precision],
     }
+    packed = packing_note(scenario, plan)
+    if packed is not None:
+        notes.append(packed)
     peft = lora_peft(scenario)
     if peft is not None:
         keys["peft"] = peft
