@@ -501,6 +501,10 @@ MUTATIONS: list[Mutation] = [
        "        continue", ["tests/test_infeasible.py"],
        "an infeasible FSDP scenario whose held gradients a reduce per micro-batch or DeepSpeed would fit says "
        "nothing fits"),
+    _m("checklist-no-p2p-expects-fitted-link", "checklist", "optimizer/solve/checklist.py",
+       r"if int\(c\.nodes\[i\]\) == 1 and not hosts\.p2p\(gpu, offer\):", "if False:",
+       ["tests/test_offers_hosts.py"],
+       "a no-P2P plan's nccl-tests expectation is the fitted training link, half what a healthy host measures"),
     _m("batch-row-write-not-held", "batch", "optimizer/solve/batch.py",
        r"with interrupt_deferred\(\):", "with threading.Lock():", ["tests/test_batch.py"],
        "a Ctrl-C as a row is written cuts it short instead of waiting for it: a solved row is lost"),

@@ -274,6 +274,20 @@ def test_checklist_expects_what_the_plan_was_computed_with(tmp_path):
     assert "all_reduce_perf" in by["all-reduce bus bandwidth over 4 GPUs"].command
 
 
+def test_checklist_expects_nccl_tests_busbw_without_peer_to_peer(tmp_path, catalog):
+    """Cards without P2P: the expectation is nccl-tests' host-staged rate (PCIe x 0.51 / cards), not the fitted
+    training link (x 0.227), which a host delivering half of a healthy one's would pass."""
+    o = offer("check-4090", "RTX-4090", 1.0)
+    path = write(tmp_path, scenario_doc(catalog=str(write_offers(tmp_path, [o]))))
+    est = estimate_scenario(path, {"gpu": "RTX-4090", "cards": 4, "micro_batch": 1, "zero_stage": 2})
+    (row,) = [c for c in est.checklist if c.check.startswith("all-reduce")]
+    gpu = catalog.gpus["RTX-4090"]
+    assert not gpu.p2p
+    eff = catalog.calibration["hosts"]["checklist"]["host_staged_busbw_efficiency"]
+    assert row.expected == round(gpu.pcie_gb_per_s * eff / 4, 2)
+    assert row.expected > 2 * gpu.pcie_gb_per_s * catalog.calibration["timing"]["link_efficiency"]["host"] / 4
+
+
 @pytest.mark.parametrize(
     ("cards", "tp", "pp", "check", "command"),
     [  # 8 cards a node; the data-parallel group is cards / (tp x pp), over every node it spans

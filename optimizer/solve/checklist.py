@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.inputs.schema_plan import CheckItem
-from optimizer.models import comm, timing
+from optimizer.models import comm, hosts, timing
 
 MIB = 2**20
 
@@ -41,6 +41,17 @@ def allreduce_command(dp: int, nodes: int) -> str:
     per_node = -(-dp // nodes)
     ranks = "1 rank" if per_node == 1 else f"{per_node} ranks"
     return f"mpirun -np {dp} all_reduce_perf -b 1G -e 1G -g 1 (nccl-tests; {ranks} per node on {nodes} nodes)"
+
+
+def host_staged_busbw(pcie_gb_per_s: float, cards_in_node: int, tol: dict[str, Any]) -> float:
+    """nccl-tests busbw (GB/s) of cards without peer-to-peer: PCIe x ``host_staged_busbw_efficiency`` / cards.
+
+    The collectives go through host memory, one PCIe link's worth shared by the node's cards. The efficiency is the
+    nccl-tests measurement in calibration ``hosts.checklist`` (0.51), not the time model's fitted
+    ``link_efficiency.host`` (0.227), which also absorbs what training loses around the collectives: expecting the
+    fitted figure from nccl-tests would pass a host that delivers half of what a healthy one does.
+    """
+    return pcie_gb_per_s * float(tol["host_staged_busbw_efficiency"]) / max(cards_in_node, 1)
 
 
 def for_row(space: Any, i: int, time_ratio_p90: float | None = None) -> list[CheckItem]:
@@ -74,6 +85,9 @@ def for_row(space: Any, i: int, time_ratio_p90: float | None = None) -> list[Che
     dp = int(cfg.dp[0])
     if dp > 1:
         bus = float(timing.dp_bandwidth(cfg, hw)[0]) / 1e9
+        gpu, offer = space.gpus[int(c.offer_idx[i])], space.offers[int(c.offer_idx[i])]
+        if int(c.nodes[i]) == 1 and not hosts.p2p(gpu, offer):  # what nccl-tests shows, not the fitted training rate
+            bus = host_staged_busbw(gpu.pcie_gb_per_s, min(int(c.cards[i]), offer.cards_per_node), tol)
         groups = int(cfg.tp[0]) * int(cfg.pp[0])
         items.append(CheckItem(check=allreduce_check(dp, groups),
                                command=allreduce_command(dp, int(comm.dp_nodes(cfg, hw)[0])),
