@@ -137,6 +137,7 @@ def _engine_runs(doc: dict[str, Any], frameworks: dict[str, Any]) -> None:
     """Keep the draw to what its engine runs (calibration frameworks: methods, optimizers, parallelism, offload)."""
     if doc["training"]["framework"] == "nemo":
         doc["training"]["optimizer"] = "adamw"
+        doc["training"].pop("sharding")  # nemo shards by the plan's ZeRO stage and refuses an fsdp setting
         doc["method"] = "lora" if doc["method"] == "qlora" else doc["method"]
     elif (doc.get("plan") or {}).get("tp", 1) != 1:
         doc["plan"]["tp"] = 1
