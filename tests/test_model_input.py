@@ -86,21 +86,36 @@ def test_solve_and_estimate_json_carry_the_model_as_read(run_cli, write_scenario
 # ------------------------------------------------------------------------------------------------ data rows
 
 
-def _hours(write_scenario, name, **data):
-    path = write_scenario(name, data=data, allow={"gpus": ["A100-80G"]}, plan={"cards": 1, "micro_batch": 1})
+def _hours(write_scenario, name, micro_batch=1, **data):
+    path = write_scenario(name, data=data, allow={"gpus": ["A100-80G"]}, plan={"cards": 1, "micro_batch": micro_batch})
     result = solve_scenario(path)
     return result.best, result
 
 
 def test_padding_costs_time_in_proportion_to_the_padding(write_scenario):
-    packed, _ = _hours(write_scenario, "p.yaml", samples=20000, avg_tokens=512)
-    padded, res = _hours(write_scenario, "q.yaml", samples=20000, avg_tokens=512, packing=False)
+    packed, _ = _hours(write_scenario, "p.yaml", micro_batch=2, samples=20000, avg_tokens=512)
+    padded, res = _hours(write_scenario, "q.yaml", micro_batch=2, samples=20000, avg_tokens=512, packing=False)
     # seq_len 2048, global batch 32 (BASE_SCENARIO): packed 20,000 x 512 / (2,048 x 32) = 156.25 -> 157 steps;
-    # padded one sample per row, 20,000 / 32 = 625 steps
+    # padded one sample per row, 20,000 / 32 = 625 steps; two samples a micro-batch are counted padded to seq_len
     assert (packed.time.steps, padded.time.steps) == (157, 625)
     assert padded.time.hours > 3 * packed.time.hours
     assert padded.memory.total == packed.memory.total  # a row is seq_len tokens either way
-    assert any("75% of the processed tokens are padding" in n for n in padded.notes)
+    assert any("75% of those tokens may be padding" in n for n in padded.notes)
+
+
+def test_a_micro_batch_of_one_unpacked_sample_costs_its_own_tokens(write_scenario):
+    """The launch files' collators pad a micro-batch to its longest sample: one sample is not padded at all, so it
+    costs its mean length, not seq_len (it was counted at seq_len, 2-3x the time of the job launched)."""
+    one, _ = _hours(write_scenario, "o.yaml", micro_batch=1, samples=20000, avg_tokens=512, packing=False)
+    two, _ = _hours(write_scenario, "t.yaml", micro_batch=2, samples=20000, avg_tokens=512, packing=False)
+    packed, _ = _hours(write_scenario, "p.yaml", micro_batch=1, samples=20000, avg_tokens=512)
+    assert one.time.steps == two.time.steps == 625
+    assert one.time.tokens_per_second * one.time.step_seconds == pytest.approx(32 * 512, rel=1e-6)
+    assert two.time.tokens_per_second * two.time.step_seconds == pytest.approx(32 * 2048, rel=1e-6)
+    assert one.time.hours < 0.75 * two.time.hours
+    # the same tokens as packed, in rows of 512 instead of 2,048: smaller GEMMs fill the GPU less (gemm_fill)
+    assert packed.time.hours < one.time.hours and one.time.mfu < packed.time.mfu
+    assert one.memory.total < two.memory.total  # memory keeps seq_len rows: two of them hold more
 
 
 def test_samples_longer_than_seq_len_are_mentioned_packed_or_padded(write_scenario):

@@ -450,9 +450,10 @@ class DataSpec(Strict):
 
     ``packing`` says how samples become rows of ``seq_len`` tokens. Packed (the default): samples are concatenated
     and cut into full rows, so the GPUs process the data's tokens and nothing else; a sample longer than seq_len
-    continues in the next row. Padded (``packing: false``): each sample gets its own row, padded to seq_len (the
-    upper bound; padding each micro-batch only to its longest sample costs less) or cut at seq_len, so the GPUs
-    process samples x seq_len tokens per epoch. Memory is the same either way (a row is seq_len tokens).
+    continues in the next row. Padded (``packing: false``): each sample gets its own row, cut at seq_len and padded
+    to the longest sample of its micro-batch (the launch files' collators): a micro-batch of one sample costs its
+    own tokens (``sample_row_tokens``), one of more is counted padded to seq_len (an upper bound: only the mean
+    length is known); models/configs.py row_tokens. Memory keeps seq_len rows either way.
     """
 
     tokens: PositiveFloat | None = Field(None, le=1e16, description="training tokens per epoch")
@@ -462,7 +463,8 @@ class DataSpec(Strict):
     packing: bool = Field(
         True,
         description="true: samples packed into full seq_len rows (time counts the data's tokens); false: one "
-        "sample per row, padded or cut to seq_len (time counts samples x seq_len); false needs samples and avg_tokens",
+        "sample per row, cut to seq_len and padded to the micro-batch's longest (time counts a lone sample's own "
+        "tokens, more samples at seq_len each); false needs samples and avg_tokens",
     )
 
     @model_validator(mode="after")
@@ -476,10 +478,19 @@ class DataSpec(Strict):
         return self
 
     def tokens_processed(self, seq_len: int) -> float:
-        """Tokens the GPUs process over all epochs: the data's tokens when packed, samples x seq_len when padded."""
+        """Rows x seq_len over all epochs: the data's tokens when packed, samples x seq_len when padded.
+
+        The step count's basis; what a padded row costs depends on its micro-batch (models/configs.py row_tokens).
+        """
         if self.packing or self.samples is None:
             return self.total_tokens
         return float(self.samples) * seq_len * self.epochs
+
+    def sample_row_tokens(self, seq_len: int) -> float | None:
+        """Mean tokens of a row that holds one unpacked sample, min(avg_tokens, seq_len); None when rows are packed."""
+        if self.packing or self.avg_tokens is None:
+            return None
+        return min(float(self.avg_tokens), float(seq_len))
 
     @property
     def total_tokens(self) -> float:

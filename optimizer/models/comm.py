@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from optimizer.inputs.schema import Checkpointing
-from optimizer.models.configs import CHECKPOINTING, Configs, Hardware, Job
+from optimizer.models.configs import CHECKPOINTING, Configs, Hardware, Job, row_tokens
 from optimizer.models.memory import trainable_params
 
 _CK_FULL = CHECKPOINTING.index(Checkpointing.full)
@@ -166,7 +166,7 @@ def tp_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) 
     """
     a = job.arch
     per_layer = np.where(cfg.checkpointing == _CK_FULL, 6.0, 4.0) * a.layers / cfg.pp.astype(np.float64)
-    volume = per_layer * cfg.micro_batch * job.seq_len * a.hidden * 2.0
+    volume = per_layer * cfg.micro_batch * row_tokens(job, cfg) * a.hidden * 2.0
     return ring(cfg.tp, 2.0) * volume / hw.tp_bytes_per_s + per_layer * ring_latency(cfg.tp, cfg.tp * 0, 2.0, consts)
 
 
@@ -178,7 +178,7 @@ def pp_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) 
     bytes. Stages of t >= cards-per-node ranks sit on different nodes, so the network carries it.
     """
     a = job.arch
-    bytes_ = 4.0 * cfg.micro_batch * job.seq_len * a.hidden / cfg.tp.astype(np.float64)
+    bytes_ = 4.0 * cfg.micro_batch * row_tokens(job, cfg) * a.hidden / cfg.tp.astype(np.float64)
     bw = np.where(hw.nodes > 1, np.minimum(hw.intra_bytes_per_s, hw.inter_bytes_per_s / hw.cards_per_node),
                   hw.intra_bytes_per_s)  # fmt: skip
     alpha = np.where(hw.nodes > 1, float(consts["collective_latency_s"]["network"]), 0.0)

@@ -46,6 +46,9 @@ class Job:
     seq_len: int  # tokens per sequence s
     global_batch: int  # sequences per optimizer step
     total_tokens: float  # tokens over all epochs
+    # rows of one unpacked sample each (data.packing false): their mean length, min(avg_tokens, seq_len); None when
+    # rows are packed full. A micro-batch of one such row is padded to nothing (row_tokens below).
+    sample_row_tokens: float | None = None
     checkpoint_every_hours: float | None = None
     compile: bool = False  # torch.compile (fused kernels save fewer activations)
     activation_offload: bool = False  # saved activations in host RAM
@@ -134,3 +137,18 @@ class Hardware:
 def column(values: object, dtype: type = np.int64) -> np.ndarray:
     """A 1-D array from a scalar or a sequence."""
     return np.atleast_1d(np.asarray(values, dtype=dtype))
+
+
+def row_tokens(job: Job, cfg: Configs) -> np.ndarray:
+    """Tokens one row of a micro-batch costs, (n,): seq_len, except a micro-batch of a single unpacked sample.
+
+    Unpacked rows (``job.sample_row_tokens``) are padded only to the longest sample of their micro-batch by the
+    collators the launch files use (TRL's and transformers' language-modelling collators, torchtune's padded
+    collate, NeMo's SFT dataset without pad_to_max_length): a micro-batch of one sample is padded to nothing and
+    costs its mean length; of more, at most seq_len, which is counted (an upper bound: the longest of b samples is
+    not known from their mean). Memory keeps seq_len: some micro-batch holds the longest sample.
+    """
+    full = np.full(cfg.micro_batch.shape, float(job.seq_len))
+    if job.sample_row_tokens is None:
+        return full
+    return np.where(cfg.micro_batch == 1, float(job.sample_row_tokens), full)

@@ -40,7 +40,7 @@ from optimizer.inputs.schema import (
     Sharding,
 )
 from optimizer.models import comm
-from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job
+from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, row_tokens
 from optimizer.models.memory import linear_params, trainable_params
 from optimizer.models.pipeline import pipeline_chunks
 
@@ -61,7 +61,7 @@ def matmul_params(job: Job) -> float:
     return float(a.active_params - a.vocab * a.hidden * (0 if a.tied_embeddings else 1))
 
 
-def model_flops_per_token(job: Job) -> float:
+def model_flops_per_token(job: Job, seq: float | np.ndarray | None = None) -> float | np.ndarray:
     """Model FLOPs per trained token, without recomputation (the MFU numerator), FLOP/token.
 
     full: 6N + 12 L h s; LoRA/QLoRA (frozen base, no weight-gradient GEMMs): 4N + 12 L h s. The attention term
@@ -69,7 +69,7 @@ def model_flops_per_token(job: Job) -> float:
     "Model TFLOP" column: 3 x 2 x 2 x L h s per token).
     """
     a = job.arch
-    attn = 12.0 * a.layers * a.hidden * job.seq_len  # QK^T and AV, fwd + 2 x bwd
+    attn = 12.0 * a.layers * a.hidden * (job.seq_len if seq is None else seq)  # QK^T and AV, fwd + 2 x bwd
     dense = (6.0 if job.method is Method.full else 4.0) * matmul_params(job)  # 2N fwd + 2N dX (+ 2N dW)
     return dense + attn
 
@@ -97,7 +97,7 @@ def flops_per_token_parts(job: Job, cfg: Configs,
     """
     a = job.arch
     n = matmul_params(job)
-    fwd_attn = 4.0 * a.layers * a.hidden * job.seq_len
+    fwd_attn = 4.0 * a.layers * a.hidden * row_tokens(job, cfg)
     op_policy = selective == "every_other_matmul"
     sel_dense = every_other_matmul_flops(job) if op_policy else 0.0
     full, sel = cfg.checkpointing == _CK_FULL, cfg.checkpointing == _CK_SEL
@@ -146,7 +146,7 @@ def gemm_fill(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
     (attention output projection); M_half and W_half (``saturation_tokens``, ``saturation_width``) are the sizes at
     which a GEMM reaches half its plateau (tile and wave quantisation: a 128 x 256 tile per SM on Hopper, cuBLAS).
     """
-    rows = (cfg.micro_batch * job.seq_len).astype(np.float64)
+    rows = cfg.micro_batch * row_tokens(job, cfg)
     width = job.arch.hidden / cfg.tp.astype(np.float64)
     m_half, w_half = float(consts["saturation_tokens"]), float(consts["saturation_width"])
     return rows / (rows + m_half) * width / (width + w_half)
@@ -195,7 +195,7 @@ def compute_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, A
     / t, at HBM bandwidth.
     """
     a = job.arch
-    tokens = (cfg.micro_batch * job.seq_len).astype(np.float64)
+    tokens = cfg.micro_batch * row_tokens(job, cfg)
     split = (cfg.tp * cfg.pp).astype(np.float64)
     dense, attn = flops_per_token_parts(job, cfg, selective_recompute(job, consts))
     by_precision = np.array([float(consts["precision_factor"][p.value]) for p in PRECISION])
@@ -399,10 +399,10 @@ def job_time(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) ->
     ``checkpoint_every_hours`` (scenario value, else calibration) plus the final one.
     """
     step = step_seconds(job, cfg, hw, consts)
-    tokens_step = float(job.global_batch * job.seq_len)
-    tps = tokens_step / step
+    seq = row_tokens(job, cfg)
+    tps = job.global_batch * seq / step
     cards = (cfg.tp * cfg.pp * cfg.dp).astype(np.float64)
-    mfu = model_flops_per_token(job) * tps / (cards * hw.bf16_flops)
+    mfu = model_flops_per_token(job, seq) * tps / (cards * hw.bf16_flops)
     hfu = hardware_flops_per_token(job, cfg, selective_recompute(job, consts)) * tps / (cards * hw.peak_flops)
     train_s = job.steps * step
     every_h = job.checkpoint_every_hours or float(consts["checkpoint_every_hours"])

@@ -42,8 +42,10 @@ def data_notes(sc: Scenario) -> list[str]:
         note += (f"; avg_tokens {d.avg_tokens:,.0f} > seq_len: samples are cut, about "
                  f"{1 - s / d.avg_tokens:.0%} of the data's tokens are not trained")  # fmt: skip
     else:
-        note += (f"; about {1 - d.avg_tokens / s:.0%} of the processed tokens are padding and the time counts "
-                 "them (data.packing: true avoids it)")  # fmt: skip
+        note += (f"; a micro-batch of one sample is not padded (the launch files pad a micro-batch to its longest "
+                 f"sample) and the time counts its {d.avg_tokens:,.0f} tokens; of more samples, up to seq_len: about "
+                 f"{1 - d.avg_tokens / s:.0%} of those tokens may be padding and the time counts them "
+                 "(data.packing: true avoids it)")  # fmt: skip
     return [note]
 
 

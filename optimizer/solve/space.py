@@ -166,6 +166,7 @@ def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any]) -> J
         seq_len=scenario.seq_len,
         global_batch=scenario.global_batch,
         total_tokens=scenario.tokens_processed,
+        sample_row_tokens=scenario.data.sample_row_tokens(scenario.seq_len),
         checkpoint_every_hours=t.checkpoint_every_hours,
         compile=t.compile,
         activation_offload=t.activation_offload,

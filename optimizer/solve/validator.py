@@ -83,6 +83,7 @@ def job_of(scenario: Scenario, arch: ModelArch, calibration: dict[str, Any]) -> 
                sharding=t.sharding, attention=t.attention, loss=t.loss, base_bits=scenario.frozen_base_bits,
                seq_len=scenario.seq_len, global_batch=scenario.global_batch,
                total_tokens=scenario.tokens_processed, checkpoint_every_hours=t.checkpoint_every_hours,
+               sample_row_tokens=scenario.data.sample_row_tokens(scenario.seq_len),
                compile=t.compile, activation_offload=t.activation_offload,
                optimizer_in_backward=t.optimizer_in_backward, pipeline_chunks=int(chunks),
                reduce_every_micro_batch=t.reduce_every_micro_batch, loss_parallel=t.loss_parallel,
