@@ -5,7 +5,8 @@ Each model is built from its config.json values on the meta device (no weights, 
 the memory model's ``lora_params``. Before, Mixtral's export named gate_proj/up_proj/down_proj, which no Mixtral
 module has: PEFT adapted 13.6M attention parameters where the plan priced 240M.
 
-Versions: .ci/launch-requirements.txt (transformers 5.24.0, peft 0.21.2).
+Versions: .ci/probe-requirements.txt (transformers 5.24.0, peft 0.21.2; run in the probe's environment, since the
+launch one's torchao 0.14.1, kept for torchtune, makes PEFT 0.21 refuse every LoRA layer).
 """
 
 from __future__ import annotations
