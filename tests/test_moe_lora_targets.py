@@ -126,6 +126,20 @@ def test_a_routed_experts_gate_and_up_are_one_adapter():
     assert any("adapting one adapts both" in n for n in names.notes)
 
 
+def test_a_4_bit_base_keeps_the_routed_experts_in_16_bits():
+    """bitsandbytes quantises Linears; transformers 5's fused experts are not, so they stay out of the NF4 count.
+
+    Mixtral-8x7B by hand: attention 32 x (2 x 4096 x 4096 + 2 x 4096 x 1024) = 1,342,177,280 quantised, the
+    32 x 8 experts' 3 x 4096 x 14336 = 45,097,156,608 not; a dense Llama's every block Linear is quantised.
+    """
+    arch = _catalog_arch("Mixtral-8x7B")
+    qlora = job(arch, "qlora", rank=16)
+    assert memory.quantized_params(qlora) == 1_342_177_280
+    assert memory.linear_params(qlora) - memory.quantized_params(qlora) == 45_097_156_608
+    llama = job(_catalog_arch("Llama-3.1-8B"), "qlora", rank=16)
+    assert memory.quantized_params(llama) == memory.linear_params(llama)
+
+
 def test_dense_mlp_counts_are_unchanged():
     """formulas.md section 5: Llama-3.1-8B r16 all-linear = 41,943,040 (PEFT's count)."""
     arch = _catalog_arch("Llama-3.1-8B")

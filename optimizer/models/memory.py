@@ -156,6 +156,19 @@ def linear_params(job: Job) -> int:
     return a.layers * (2 * a.hidden * a.q_width + 2 * a.hidden * a.kv_width) + 3 * a.hidden * a.mlp_width_sum
 
 
+def quantized_params(job: Job) -> int:
+    """Parameters a 4/8-bit base stores quantised: :func:`linear_params` less the routed experts'.
+
+    bitsandbytes quantises nn.Linear modules only, and transformers 5 holds an MoE block's routed experts as fused
+    3-D parameters (``mlp.experts.gate_up_proj``, ``down_proj``; catalogs/lora_targets.yaml), so they load in the
+    16-bit dtype beside a quantised attention (checked: MixtralForCausalLM, transformers 5.24.0 + bitsandbytes
+    0.50.2, ``load_in_4bit``: attention Params4bit, experts bfloat16); PEFT's prepare_model_for_kbit_training then
+    casts them with the other unquantised parameters. Shared experts and dense blocks stay Linears.
+    """
+    a = job.arch
+    return linear_params(job) - 3 * a.hidden * a.moe_layers * a.experts * a.expert_width
+
+
 def trainable_params(job: Job) -> int:
     """Parameters that carry gradients and optimizer state: all (full) or the adapters (LoRA/QLoRA)."""
     return job.arch.total_params if job.method is Method.full else lora_params(job)
@@ -187,7 +200,8 @@ def weight_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
     offloaded (stage 3, ``all``). LoRA: frozen base P x ``frozen_base_bytes`` (2; 4 under HF FSDP, whose flat
     parameters keep the fp32 load dtype of PEFT's examples/sft/utils.py). QLoRA: P_lin x kbit + (P - P_lin) x
     nonlin, kbit 1 (8-bit) or the NF4 rate 0.5 + 0.5/64 x (8/32 + 32/(32 x 256)) ~ 0.516 B/param (QLoRA paper,
-    double quantisation), nonlin the profile's ``kbit_nonlinear_bytes`` (PEFT prepare_model_for_kbit_training
+    double quantisation; P_lin as :func:`quantized_params`: MoE routed experts stay 16-bit), nonlin the profile's
+    ``kbit_nonlinear_bytes`` (PEFT prepare_model_for_kbit_training
     casts them to fp32: 4; torchtune, DeepSpeed and FSDP keep 2). Plus adapters x the profile's
     ``adapter_weight_bytes`` (PEFT fp32 adapters: 4). Same division by t p and N.
     """
@@ -199,7 +213,7 @@ def weight_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
     if job.method is Method.full:
         base = np.zeros(len(cfg))
     else:
-        p_lin = float(linear_params(job))
+        p_lin = float(quantized_params(job))
         base16 = _field(job, cfg, consts, "frozen_base_bytes")
         if job.base_bits == 16:
             base = job.arch.total_params * base16

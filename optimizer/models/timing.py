@@ -41,7 +41,7 @@ from optimizer.inputs.schema import (
 )
 from optimizer.models import comm
 from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, row_tokens
-from optimizer.models.memory import linear_params, trainable_params
+from optimizer.models.memory import quantized_params, trainable_params
 from optimizer.models.pipeline import pipeline_chunks
 
 _CK_NONE, _CK_SEL, _CK_FULL = (CHECKPOINTING.index(c) for c in Checkpointing)
@@ -216,14 +216,14 @@ def dequant_seconds(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, A
     """QLoRA/8-bit base: seconds per micro-batch to dequantise the frozen Linear weights to bf16, (n,).
 
     passes x P_lin / (t p) x B_dq / HBM, with passes = 2 (forward, backward) + 1 with full recomputation, P_lin the
-    block Linear parameters, B_dq bytes moved per parameter (read the packed weight and its constants, write the
-    bf16 copy; calibration ``dequant_bytes_per_param``) and HBM in bytes/s. Memory-bound and per micro-batch, so
-    its share shrinks as b s grows (formulas.md Part II section 3.1, "QLoRA").
+    quantised block Linear parameters (memory.quantized_params), B_dq bytes moved per parameter (read the packed
+    weight and its constants, write the bf16 copy; calibration ``dequant_bytes_per_param``) and HBM in bytes/s.
+    Memory-bound and per micro-batch, so its share shrinks as b s grows (formulas.md Part II section 3.1, "QLoRA").
     """
     if job.base_bits >= 16 or job.method is Method.full:
         return np.zeros(len(cfg))
     passes = np.where(cfg.checkpointing == _CK_FULL, 3.0, 2.0)
-    per_gpu = linear_params(job) / (cfg.tp * cfg.pp).astype(np.float64)
+    per_gpu = quantized_params(job) / (cfg.tp * cfg.pp).astype(np.float64)
     return passes * per_gpu * float(consts["dequant_bytes_per_param"]) / hw.hbm_bytes_per_s
 
 
