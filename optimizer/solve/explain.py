@@ -214,20 +214,25 @@ SETTING_OPTIONS: tuple[tuple[str, bool | str, str], ...] = (
 )
 
 
-def setting_options(space: Space, catalog: Catalog, source: str, gpu_ids: list[str] | None,
+def _gpu_ids(limits: Limits) -> list[str] | None:
+    """allow.gpus as the solver limits hold it (canonical ids, sorted), None when every GPU is allowed."""
+    return sorted(limits.gpus) if limits.gpus is not None else None
+
+
+def setting_options(space: Space, catalog: Catalog, source: str, limits: Limits,
                     settings: SolverSettings) -> list[Option]:  # fmt: skip
     """The :data:`SETTING_OPTIONS` that give a plan, each alone (a configuration that fits and meets the limits)."""
     sc, found = space.scenario, []
     for name, value, what in SETTING_OPTIONS:
         section, key = name.split(".")
-        if getattr(getattr(sc, section), key) == value:
-            continue
         part, has_plan = getattr(sc, section), False
+        if getattr(part, key) == value:
+            continue
         try:
             changed = sc.model_copy(update={section: type(part).model_validate({**part.model_dump(), key: value})})
             wide = build(changed, catalog, space.job.arch, source)
             if len(wide.cand):
-                has_plan = solve(wide, Objective.cost, limits_from(wide, gpu_ids), settings).index is not None
+                has_plan = solve(wide, Objective.cost, limits_from(wide, _gpu_ids(limits)), settings).index is not None
         except (FtoptError, ValidationError):
             pass  # the setting does not combine with the rest of the scenario
         if has_plan:
@@ -236,8 +241,8 @@ def setting_options(space: Space, catalog: Catalog, source: str, gpu_ids: list[s
     return found
 
 
-def explain_memory(space: Space, catalog: Catalog, source: str, gpu_ids: list[str] | None = None,
-                   settings: SolverSettings | None = None) -> Relaxation:  # fmt: skip
+def explain_memory(space: Space, catalog: Catalog, source: str, limits: Limits,
+                   settings: SolverSettings) -> Relaxation:  # fmt: skip
     """Nothing fits: the smallest per-GPU need, the largest card offered and the GPUs that would fit."""
     if space.ram_short is not None:  # some configurations fit their cards: host RAM is what binds
         return Relaxation(["host_ram"], f"no plan fits: {ram_text(space)}", memory_needed_bytes=space.ram_short[0])
@@ -254,7 +259,7 @@ def explain_memory(space: Space, catalog: Catalog, source: str, gpu_ids: list[st
            f"offered "
            f"card ({largest.id}) has {usable:.1f} GiB usable ({largest.memory_gib:g} GiB less "
            f"{space.scenario.headroom:.0%} headroom)")  # fmt: skip
-    engine = setting_options(space, catalog, source, gpu_ids, settings or SolverSettings())
+    engine = setting_options(space, catalog, source, limits, settings)
     if fit:
         msg += f"; GPUs that would fit (built-in offers): {', '.join(fit)}; set plan.gpu or allow.gpus to one of them"
     elif not engine:
@@ -343,8 +348,7 @@ def explain(space: Space, objective: Objective, limits: Limits, settings: Solver
     """The binding constraints of an infeasible scenario and the relaxation that fixes each (module docstring)."""
     check_pins(space, source)
     if len(space.cand) == 0:
-        rel = explain_memory(space, catalog, source, sorted(limits.gpus) if limits.gpus is not None else None,
-                             settings)  # fmt: skip
+        rel = explain_memory(space, catalog, source, limits, settings)
         _add_options(rel, space, limits, settings, catalog, source)  # the host RAM limit may be what binds
         return rel
     allow_core = _shrink(space, limits, settings)
@@ -387,8 +391,7 @@ def _fp16_note(space: Space) -> str:
 def _add_options(rel: Relaxation, space: Space, limits: Limits, settings: SolverSettings, catalog: Catalog,
                  source: str) -> None:  # fmt: skip
     """Fill ``rel.options`` with every single-limit change that restores a plan; the message names the others."""
-    gpu_ids = sorted(limits.gpus) if limits.gpus is not None else None
-    found = single_options(space, limits, settings, catalog, gpu_ids, source)
+    found = single_options(space, limits, settings, catalog, _gpu_ids(limits), source)
     rel.options = rel.options + found  # after any the explanation found itself (engine settings), already said
     others = [o.text for o in found if o.field not in rel.binding]
     if others:
