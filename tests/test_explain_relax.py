@@ -92,3 +92,21 @@ def test_deadline_value_is_the_fastest_plans_time_and_no_less_works(write_scenar
     assert need == math.ceil(round(fastest.time.hours * 100, 6)) / 100
     assert solve_scenario(path, Overrides(deadline_hours=need)).best.status is Status.optimal
     assert solve_scenario(path, Overrides(deadline_hours=need - 0.01)).best.status is Status.infeasible
+
+
+def test_long_context_that_fits_no_offered_card_names_the_fused_loss_first(tmp_path):
+    # 8B full fine-tuning at 32K tokens under FSDP on the aws catalog: the fp32 logits of the 128K vocabulary are the
+    # largest item on the card, and the explanation named only bigger GPUs. Liger's fused loss (training.loss: fused)
+    # alone gives a plan, and applying it does.
+    doc = {"name": "s03", "model": "Llama-3.1-8B", "method": "full", "data": {"tokens": 3.0e8, "epochs": 1},
+           "seq_len": 32768, "global_batch": 16, "training": {"framework": "hf", "sharding": "fsdp"},
+           "deadline_hours": 48, "catalog": "aws"}  # fmt: skip
+    path = tmp_path / "s03.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = solve_scenario(path)
+    assert result.best.status is Status.infeasible
+    assert _options(result)["training.loss"] == "fused"
+    assert "set training.loss: fused" in result.relaxation.message
+    doc["training"]["loss"] = "fused"
+    path.write_text(yaml.safe_dump(doc))
+    assert solve_scenario(path).best.status is Status.optimal

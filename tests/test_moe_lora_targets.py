@@ -228,3 +228,17 @@ def test_the_probe_adapts_the_experts_too(write_scenario, tmp_path):
     probe_scenario(write_scenario("s11.yaml", doc=S11), out)
     lora = json.loads((out / "probe_config.json").read_text())["lora"]
     assert lora["peft_targets"] == {"target_modules": list(ATTENTION), "target_parameters": EXPERTS}
+
+
+def test_an_moe_plan_says_its_speed_is_unmeasured_and_a_4_bit_base_keeps_its_experts(run_cli, write_scenario, tmp_path):
+    # the reviewer's Mixtral QLoRA printed nf4 everywhere with no word that 97% of the model stays 16-bit, and an MoE
+    # plan's time had no word that no MoE run is among the reference cases
+    qlora, _ = _solve(run_cli, write_scenario, tmp_path, {**S11, "method": "qlora", "plan": {}})
+    notes = " ".join(qlora["notes"])
+    assert "no published run of an MoE model" in notes
+    assert "routed experts (45.1 B parameters, 97% of the model)" in notes  # 45,097,156,608 of 46.7 B
+    lora = " ".join(_solve(run_cli, write_scenario, tmp_path, {**S11, "plan": {}})[0]["notes"])
+    assert "no published run of an MoE model" in lora and "routed experts" not in lora
+    dense = " ".join(_solve(run_cli, write_scenario, tmp_path, {**S11, "model": "Llama-3.1-8B", "method": "qlora",
+                                                                "plan": {}})[0]["notes"])  # fmt: skip
+    assert "MoE" not in dense

@@ -169,3 +169,19 @@ def test_a_card_with_its_own_efficiency_uses_it_and_its_siblings_keep_the_archit
     _, _, rtx, _ = timing_inputs(catalog, "RTX-4090", 1)
     assert l40s.efficiency[0] == k["efficiency_gpu"]["L40S"] and rtx.efficiency[0] == k["efficiency"]["ada"]
     assert k["efficiency_gpu"]["L40S"] < k["efficiency"]["ada"]  # the PEFT L40S runs are slower than Ada's figure
+
+
+def test_ada_cards_with_less_power_per_tflops_than_the_l40s_are_no_faster_per_peak(catalog):
+    # calibration timing.efficiency_gpu_like: the RTX 6000 Ada (AD102 like the L40S, 300 W against 350 W) and the 72 W
+    # L4 take the L40S's figure; ada's own, fitted on 450 W RTX 4090 runs, made the RTX 6000 Ada 19% faster than the
+    # L40S on the same chip. The rule is the power per TFLOPS the comment states, checked here from gpus.yaml.
+    from optimizer.solve.space import gpu_efficiency
+
+    _, _, l40s, k = timing_inputs(catalog, "L40S", 1)
+    _, _, ada6000, _ = timing_inputs(catalog, "RTX-6000-Ada", 1)
+    assert ada6000.efficiency[0] == l40s.efficiency[0] < k["efficiency"]["ada"]  # what the hardware rows carry
+    watts = {g: catalog.gpus[g].tdp_w / catalog.gpus[g].bf16_tflops for g in ("L40S", "RTX-6000-Ada", "L4", "L20")}
+    for gpu, like in k["efficiency_gpu_like"].items():
+        assert watts[gpu] <= watts[like] and gpu not in k["efficiency_gpu"]
+        assert gpu_efficiency(k, gpu, "ada") == k["efficiency_gpu"][like]
+    assert watts["L20"] > watts["L40S"] and gpu_efficiency(k, "L20", "ada") == k["efficiency"]["ada"]

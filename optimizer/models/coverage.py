@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 NO_RUN = ("no published run like this (GPU architecture, engine, method, dense or MoE, sharding, offload, nodes, "
-          "peer-to-peer): band widened")
+          "peer-to-peer): band spans its group's and that of the held-out runs unlike every other source's")
 NO_P2P = ("no peer-to-peer between the cards of a node (collectives through host memory): band widened to the "
           "published runs without it")
 WORST_RUN = "a measured run like this peaked {ratio:.2f}x its prediction ({case}): band widened to it"

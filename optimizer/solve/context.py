@@ -62,7 +62,31 @@ def optimizer_notes(sc: Scenario) -> list[str]:
 
 def scenario_notes(sc: Scenario, arch: ModelArch) -> list[str]:
     """Every note about reading the scenario: the model's import notes, the data's, then the optimizer's."""
-    return [*arch.import_notes, *data_notes(sc), *step_notes(sc), *optimizer_notes(sc)]
+    return [*arch.import_notes, *data_notes(sc), *step_notes(sc), *optimizer_notes(sc), *moe_notes(sc, arch)]
+
+
+def moe_notes(sc: Scenario, arch: ModelArch) -> list[str]:
+    """What a mixture-of-experts model changes in the answer, said for every MoE plan.
+
+    - Its speed: no reference throughput run is of an MoE model (tests/data/reference), so the step time is the
+      dense arithmetic of the active parameters; routing, token permutation and expert load imbalance are not
+      priced (the coverage cell's method is ``+moe``: no published run like it).
+    - A 4/8-bit base: only the Linear layers are quantised; the routed experts, fused 3-D parameters in
+      transformers 5, stay 16-bit (memory.quantized_params), so "QLoRA" leaves most of an MoE model's bytes as they
+      were.
+    """
+    if arch.experts <= 1:
+        return []
+    notes = [f"mixture of experts ({arch.experts} experts, {arch.experts_per_token} per token): no published run of "
+             "an MoE model is among the time model's reference runs, so the speed is the dense arithmetic of the "
+             "active parameters; routing, token permutation and expert load imbalance are not priced (measure it "
+             "with `ftopt probe`)"]  # fmt: skip
+    if sc.frozen_base_bits < 16:
+        routed = 3 * arch.hidden * arch.moe_layers * arch.experts * arch.expert_width
+        notes.append(f"{sc.frozen_base_bits}-bit base of an MoE model: only the Linear layers are quantised; the "
+                     f"routed experts ({routed / 1e9:,.1f} B parameters, {routed / arch.total_params:.0%} of the "
+                     "model) are fused parameters that load in 16 bits, as the memory figures count")  # fmt: skip
+    return notes
 
 
 def step_notes(sc: Scenario) -> list[str]:

@@ -205,12 +205,17 @@ def ram_text(space: Space) -> str:
             "hosts.host_ram_default)")  # fmt: skip
 
 
-# Engine settings that keep less on each card, tried when no configuration fits as set: (field, value, what it does).
-# Each is offered only when the space rebuilt with it has a configuration that fits.
-SETTING_OPTIONS: tuple[tuple[str, bool | str, str], ...] = (
+# Engine settings that keep less on each card, tried when no configuration fits as set: (field, value, what it does,
+# the frameworks that launch it). Each is offered only when the space rebuilt with it has a configuration that fits.
+# The fused loss first: at long context the fp32 logits of a 128K vocabulary are the largest item on the card
+# (32K tokens: about 47 GiB), and Liger's fused linear cross-entropy (transformers use_liger_kernel) never holds them.
+SETTING_OPTIONS: tuple[tuple[str, bool | str, str, tuple[str, ...]], ...] = (
+    ("training.loss", "fused", "the loss is computed from the last hidden states in chunks, never holding the "
+     "full-vocabulary logits: Liger's fused linear cross-entropy, use_liger_kernel", ("hf",)),
     ("training.reduce_every_micro_batch", True, "FSDP then reduce-scatters the gradients every micro-batch, "
-     "accelerate's sync_each_batch, instead of holding them unsharded through gradient accumulation"),
-    ("training.sharding", "deepspeed", "DeepSpeed ZeRO keeps its gradients partitioned through accumulation"),
+     "accelerate's sync_each_batch, instead of holding them unsharded through gradient accumulation", ("hf",)),
+    ("training.sharding", "deepspeed", "DeepSpeed ZeRO keeps its gradients partitioned through accumulation",
+     ("hf",)),
 )
 
 
@@ -223,10 +228,10 @@ def setting_options(space: Space, catalog: Catalog, source: str, limits: Limits,
                     settings: SolverSettings) -> list[Option]:  # fmt: skip
     """The :data:`SETTING_OPTIONS` that give a plan, each alone (a configuration that fits and meets the limits)."""
     sc, found = space.scenario, []
-    for name, value, what in SETTING_OPTIONS:
+    for name, value, what, frameworks in SETTING_OPTIONS:
         section, key = name.split(".")
         part, has_plan = getattr(sc, section), False
-        if getattr(part, key) == value:
+        if getattr(part, key) == value or sc.training.framework.value not in frameworks:
             continue
         try:
             changed = sc.model_copy(update={section: type(part).model_validate({**part.model_dump(), key: value})})

@@ -407,6 +407,15 @@ def card_facts(gpus: list[Gpu], offers: list[Offer]) -> tuple[np.ndarray, np.nda
     return cap, peaks
 
 
+def gpu_efficiency(consts: dict[str, Any], gpu_id: str, arch: str) -> float:
+    """eta of one card: its own fitted figure (calibration ``timing.efficiency_gpu``), else the figure of the card
+    that bounds it (``efficiency_gpu_like``: same generation, at most that card's board power per dense TFLOPS, no
+    run of its own), else its architecture's (``efficiency``)."""
+    by_gpu = consts.get("efficiency_gpu", {})
+    like = consts.get("efficiency_gpu_like", {}).get(gpu_id)
+    return float(by_gpu.get(gpu_id, by_gpu.get(like, consts["efficiency"][arch])))
+
+
 def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards: np.ndarray, nodes: np.ndarray,
              precision: np.ndarray, consts: dict[str, Any],
              facts: tuple[np.ndarray, np.ndarray] | None = None) -> Hardware:  # fmt: skip
@@ -441,8 +450,7 @@ def hardware(gpus: list[Gpu], offers: list[Offer], offer_idx: np.ndarray, cards:
         p2p[o], pcie[o] * link["pcie"], pcie[o] * link["host"] / np.maximum(per_node_cards, 1.0)
     )  # fmt: skip
     nic = np.array([(of.inter_node_gb_per_s or 0.0) * 1e9 * link["network"] for of in offers])
-    by_gpu = consts.get("efficiency_gpu", {})  # a GPU with its own fitted figure, else its architecture's
-    eff = np.array([float(by_gpu.get(g.id, consts["efficiency"][g.arch])) for g in gpus])
+    eff = np.array([gpu_efficiency(consts, g.id, g.arch) for g in gpus])
     attn = consts.get("attention_efficiency", {})
     att = np.array([[float(attn.get(g.arch, {}).get(k, np.nan)) for k in ("fa2", "fused")] for g in gpus])
     att = att.reshape(-1, 2)
