@@ -89,7 +89,7 @@ MUTATIONS: list[Mutation] = [
        ["tests/test_tolerance.py"], "the tolerance rule stops at the first band: a plan waits 4x longer to save 2.6%"),
     _m("gpu-efficiency-like-ignored", "timing", SPACE,
        r'by_gpu\.get\(gpu_id, by_gpu\.get\(like, ', 'by_gpu.get(gpu_id, by_gpu.get(None, ',
-       ["tests/test_timing_structure.py"], "the 300 W RTX 6000 Ada is priced 19% faster than the L40S on the same chip"),
+       ["tests/test_timing_structure.py"], "the 300 W RTX 6000 Ada is priced 19% faster than the L40S on its chip"),
     _m("moe-quantised-experts-note-dropped", "solver", "optimizer/solve/context.py",
        r"    if sc\.frozen_base_bits < 16:\n        routed", "    if False:\n        routed",
        MOE_LORA_TESTS, "a Mixtral QLoRA plan says nf4 everywhere while 97% of the model stays 16-bit"),
