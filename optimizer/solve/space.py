@@ -408,9 +408,12 @@ def card_facts(gpus: list[Gpu], offers: list[Offer]) -> tuple[np.ndarray, np.nda
 
 
 def gpu_efficiency(consts: dict[str, Any], gpu_id: str, arch: str) -> float:
-    """The eta of one card: its own fitted figure (calibration ``timing.efficiency_gpu``), else the figure of the card
-    that bounds it (``efficiency_gpu_like``: same generation, at most that card's board power per dense TFLOPS, no
-    run of its own), else its architecture's (``efficiency``)."""
+    """The eta of one card, the first that exists of three figures.
+
+    Its own fitted figure (calibration ``timing.efficiency_gpu``), else the figure of the card that bounds it
+    (``efficiency_gpu_like``: same generation, at most that card's board power per dense TFLOPS, no run of its
+    own), else its architecture's (``efficiency``).
+    """
     by_gpu = consts.get("efficiency_gpu", {})
     like = consts.get("efficiency_gpu_like", {}).get(gpu_id)
     return float(by_gpu.get(gpu_id, by_gpu.get(like, consts["efficiency"][arch])))
