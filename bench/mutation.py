@@ -96,6 +96,8 @@ MUTATIONS: list[Mutation] = [
     _m("explain-fused-loss-option-dropped", "solver", "optimizer/solve/explain.py",
        r'\("training\.loss", "fused",', '("training.loss", "standard",', EXPLAIN_TESTS,
        "8B full fine-tuning at 32K is told to rent bigger GPUs when the fused loss alone fits it"),
+    _m("fsdp-zero-stages-ignored", "solver", SPACE, r"        and \(stages is None or z in stages\)\n", "\n",
+       ["tests/test_engines.py"], "an FSDP plan at ZeRO-1 is priced as one all-reduce and launched as SHARD_GRAD_OP"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

@@ -214,3 +214,15 @@ def test_a_sharding_the_framework_does_not_run_is_a_one_line_error(run_cli, writ
     assert res.exit_code == 2 and res.stderr.count("\n") == 1 and res.stdout == "", res.stderr
     assert res.stderr.startswith(f"ftopt: error: {path}: training.sharding: fsdp is read by framework hf only")
     assert res.stderr.rstrip().endswith("allowed: leave it out")
+
+
+def test_fsdp_has_no_zero_1_and_a_pinned_one_is_a_one_line_error(write_scenario, catalog, run_cli):
+    # FSDP shards gradients and optimizer states together (SHARD_GRAD_OP): a stage-1 plan was priced as one
+    # all-reduce per step and launched as stage 2; DeepSpeed does have stage 1
+    _, fsdp = _rows(write_scenario, catalog, training=_training("hf", "fsdp"))
+    assert {z for z, _ in fsdp} == {0, 2, 3}
+    _, deepspeed = _rows(write_scenario, catalog, "d.yaml", training=_training("hf"))
+    assert 1 in {z for z, _ in deepspeed}
+    done = run_cli("solve", write_scenario("p.yaml", training=_training("hf", "fsdp"), plan={"zero_stage": 1}))
+    assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "plan.zero_stage" in done.stderr and "allowed: 0, 2, 3" in done.stderr

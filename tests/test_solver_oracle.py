@@ -142,9 +142,12 @@ def _engine_runs(doc: dict[str, Any], frameworks: dict[str, Any]) -> None:
     elif (doc.get("plan") or {}).get("tp", 1) != 1:
         doc["plan"]["tp"] = 1
     pins, training = doc.get("plan") or {}, doc["training"]
+    engine = f"hf_{training.get('sharding')}" if training["framework"] == "hf" else training["framework"]
+    stages = frameworks.get("zero_stages", {}).get(engine)
+    if stages is not None and pins.get("zero_stage") is not None and pins["zero_stage"] not in stages:
+        pins["zero_stage"] = max(stages)  # a stage the engine does not have is refused
     if pins.get("offload", "none") == "none":
         return
-    engine = f"hf_{training['sharding']}" if training["framework"] == "hf" else training["framework"]
     if training["optimizer"] not in _pinned_offload_optimizers(frameworks, engine):
         training["optimizer"] = "adamw"  # a pinned offload with an optimizer that cannot step on the CPU is refused
     pairs = frameworks["offload_modes"].get(engine, {}).get("pairs")
@@ -238,6 +241,8 @@ def _configs(sc: Scenario, arch: ModelArch, offer: Offer, catalog: Catalog):
             for zero, off in ZERO_OFFLOAD:
                 if not (_allowed(zero, pins.zero_stage) and _allowed(off.value, pins.offload)):
                     continue
+                if zero not in catalog.calibration["frameworks"].get("zero_stages", {}).get(engine, (zero,)):
+                    continue  # a stage the engine does not have (calibration frameworks.zero_stages)
                 engine_ok = _engine_offloads(sc, catalog, zero, off, dp)
                 if off is not Offload.none and not engine_ok:
                     continue  # the engine cannot run this offload (calibration frameworks: optimizer, pair, ranks)

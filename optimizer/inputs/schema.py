@@ -628,7 +628,8 @@ class PlanPins(Strict):
     )
     pp: Int | None = Field(None, gt=0, le=1024, description="pipeline-parallel degree")
     dp: Int | None = Field(None, gt=0, le=100_000, description="data-parallel degree")
-    zero_stage: Int | None = Field(None, ge=0, le=3, description="ZeRO stage 0-3 (FSDP full shard = 3)")
+    zero_stage: Int | None = Field(None, ge=0, le=3,
+                                   description="ZeRO stage 0-3 (FSDP: 0, 2 = SHARD_GRAD_OP, 3 = FULL_SHARD)")
     shard_group: Int | None = Field(
         None, gt=0, le=100_000,
         description="data-parallel ranks one ZeRO-3 shard spans: dp = full sharding; the ranks of one node = hybrid "

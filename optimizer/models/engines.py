@@ -45,6 +45,15 @@ def half_precision_fallback(job: Job, catalog: Catalog) -> Precision:
     return Precision(value)
 
 
+def zero_stages(scenario: Scenario, job: Job, catalog: Catalog) -> tuple[int, ...] | None:
+    """The ZeRO stages the scenario's engine has (``frameworks.zero_stages``); None: every stage.
+
+    The solver proposes only these, and a pinned stage outside them is refused (space.configurations).
+    """
+    stages = catalog.calibration.get("frameworks", {}).get("zero_stages", {}).get(engine_key(scenario, job))
+    return None if stages is None else tuple(int(z) for z in stages)
+
+
 @dataclass(frozen=True)
 class OffloadRule:
     """The offloading a scenario's engine can run.

@@ -41,6 +41,7 @@ from optimizer.models.engines import (
     offload_rule,
     plan_refusals,
     scenario_refusals,
+    zero_stages,
 )
 from optimizer.models.overlay import group_accuracy, scale_memory, scale_time
 from optimizer.models.pipeline import chunks_refusal, engine_chunks
@@ -304,14 +305,16 @@ def grid(
     levels: list[str] | None = None,
     rule: OffloadRule | None = None,
     fallback: Precision = Precision.fp16,
+    stages: tuple[int, ...] | None = None,
 ) -> tuple[np.ndarray, ...]:
     """Cross product of layouts with ZeRO/offload, micro-batch, checkpointing and precision, as int64 columns.
 
     ``levels`` are the checkpointing levels the framework offers (calibration ``frameworks.checkpointing``);
     None means all of them. ``rule`` drops the offloaded rows the engine cannot run (:func:`offload_rule`); None
     keeps them all (a pinned offload the rule refuses never reaches here: :func:`configurations`). ``fallback`` is
-    the precision proposed on GPUs without native bf16 (fp16 unless the engine rejects it). A pinned level or
-    precision is used as given.
+    the precision proposed on GPUs without native bf16 (fp16 unless the engine rejects it). ``stages``: the ZeRO
+    stages the engine has (:func:`engines.zero_stages`; None: every stage). A pinned level or precision is used
+    as given.
     """
     pins = scenario.plan
     levels = list(levels) if levels is not None else [c.value for c in CHECKPOINTING]
@@ -319,6 +322,7 @@ def grid(
         (z, OFFLOAD.index(o))
         for z, o in ZERO_OFFLOAD
         if (pins.zero_stage is None or z == pins.zero_stage) and (pins.offload is None or o == pins.offload)
+        and (stages is None or z in stages)
     ]
     rule = rule or OffloadRule()
     if pins.zero_stage is not None and pins.offload is not None and not zo:
@@ -673,7 +677,11 @@ def configurations(scenario: Scenario, catalog: Catalog, arch: Any, source: str,
         raise InputError(source, *refused)
     if scenario.plan.offload is not None:  # a pinned offload may step what the solver would not propose
         rule = dataclasses.replace(rule, allowed=rule.pinnable)
-    li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers, levels, rule, fallback)
+    stages = None if replay else zero_stages(scenario, job, catalog)
+    if stages is not None and scenario.plan.zero_stage is not None and scenario.plan.zero_stage not in stages:
+        raise InputError(source, "plan.zero_stage", f"{cap.engine} has no ZeRO stage {scenario.plan.zero_stage} "
+                         f"(calibration frameworks.zero_stages): allowed: {', '.join(map(str, stages))}")  # fmt: skip
+    li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers, levels, rule, fallback, stages)
     lay_arr = np.array([(x.offer, x.cards, x.nodes, x.tp, x.pp, x.dp) for x in lays], dtype=np.int64).reshape(-1, 6)
     rows = lay_arr[li] if len(li) else np.zeros((0, 6), dtype=np.int64)
     optimizer_code = OPTIMIZER.index(scenario.plan.optimizer or scenario.training.optimizer)
