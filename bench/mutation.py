@@ -98,6 +98,9 @@ MUTATIONS: list[Mutation] = [
        "8B full fine-tuning at 32K is told to rent bigger GPUs when the fused loss alone fits it"),
     _m("fsdp-zero-stages-ignored", "solver", SPACE, r"        and \(stages is None or z in stages\)\n", "\n",
        ["tests/test_engines.py"], "an FSDP plan at ZeRO-1 is priced as one all-reduce and launched as SHARD_GRAD_OP"),
+    _m("engine-precisions-ignored", "solver", "optimizer/models/engines.py",
+       r"    if precision is not None and cap\.precisions is not None and precision\.value not in cap\.precisions:",
+       "    if False:", ["tests/test_engines.py"], "an hf plan pinned to fp8 launches in fp32 (no precision block)"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

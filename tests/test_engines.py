@@ -226,3 +226,22 @@ def test_fsdp_has_no_zero_1_and_a_pinned_one_is_a_one_line_error(write_scenario,
     done = run_cli("solve", write_scenario("p.yaml", training=_training("hf", "fsdp"), plan={"zero_stage": 1}))
     assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1
     assert "plan.zero_stage" in done.stderr and "allowed: 0, 2, 3" in done.stderr
+
+
+@pytest.mark.parametrize("framework,precision,refused", [
+    ("hf", "fp8", True),  # TrainingArguments has no fp8 flag: the ds_config had no precision block and ran fp32
+    ("hf", "fp16", False),
+    ("torchtune", "fp16", True),  # the recipes raise for fp16; the plan had only carried a note saying so
+    ("torchtune", "fp32", False),
+    ("nemo", "fp8", False),  # Transformer Engine fp8
+])  # fmt: skip
+def test_a_pinned_precision_the_launch_files_cannot_train_in_is_refused(write_scenario, run_cli, framework, precision,
+                                                                         refused):  # fmt: skip
+    training = {"framework": framework, "optimizer": "adamw"}
+    path = write_scenario(training=training, plan={"precision": precision, "gpu": "H100-SXM"})
+    done = run_cli("solve", path)
+    if refused:
+        assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1
+        assert "plan.precision" in done.stderr and f"not {precision}" in done.stderr
+    else:
+        assert done.exit_code in (0, 1), done.stderr

@@ -171,6 +171,7 @@ class Capabilities:
     hybrid_shard: bool = False  # shards inside each node and replicates across nodes (``hybrid_shard``)
     optimizer_kernels: tuple[str, ...] | None = None  # AdamW implementations it runs (``optimizer_kernels``)
     shardings: tuple[str, ...] | None = None  # training.sharding values its framework takes (``sharding``)
+    precisions: tuple[str, ...] | None = None  # precisions its launch files train in (``precisions``)
 
     def allows_tp(self, tp: int) -> bool:
         """Whether the engine runs this tensor-parallel degree."""
@@ -191,6 +192,7 @@ def capabilities(scenario: Scenario, catalog: Catalog) -> Capabilities:
     in_bwd = _framework_table(catalog, "optimizer_in_backward").get(key, [])
     kernels = _framework_table(catalog, "optimizer_kernels").get(key)
     shardings = _framework_table(catalog, "sharding").get(scenario.training.framework.value)
+    precisions = _framework_table(catalog, "precisions").get(scenario.training.framework.value)
     needs = catalog.calibration.get("frameworks", {}).get("activation_offload_needs_checkpointing", [])
     return Capabilities(
         engine=key,
@@ -203,6 +205,7 @@ def capabilities(scenario: Scenario, catalog: Catalog) -> Capabilities:
         hybrid_shard=key in catalog.calibration.get("frameworks", {}).get("hybrid_shard", []),
         optimizer_kernels=tuple(kernels) if kernels is not None else None,
         shardings=tuple(shardings) if shardings is not None else None,
+        precisions=tuple(precisions) if precisions is not None else None,
     )
 
 
@@ -241,6 +244,10 @@ def scenario_refusals(scenario: Scenario, cap: Capabilities) -> list[tuple[str, 
     refused = sharding_refusal(scenario, cap)
     if refused is not None:
         out.append(refused)
+    precision = scenario.plan.precision
+    if precision is not None and cap.precisions is not None and precision.value not in cap.precisions:
+        out.append(("plan.precision", f"{name}'s launch files train in {' | '.join(cap.precisions)}, not "
+                    f"{precision.value} (calibration frameworks.precisions)"))  # fmt: skip
     if scenario.training.optimizer_in_backward and scenario.method.value not in cap.in_backward:
         runs = ", ".join(cap.in_backward) or "no method"
         out.append(("training.optimizer_in_backward", f"{cap.engine} runs the optimizer in backward for {runs}; "
