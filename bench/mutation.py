@@ -101,6 +101,9 @@ MUTATIONS: list[Mutation] = [
     _m("engine-precisions-ignored", "solver", "optimizer/models/engines.py",
        r"    if precision is not None and cap\.precisions is not None and precision\.value not in cap\.precisions:",
        "    if False:", ["tests/test_engines.py"], "an hf plan pinned to fp8 launches in fp32 (no precision block)"),
+    _m("calibrate-empty-overlay-written", "measure", "optimizer/measure/calibrate.py",
+       r"    if output is not None and result\.fitted:", "    if output is not None:", MEASURE_TESTS,
+       "an overlay with no group is written and the command exits 0 as if it had calibrated something"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

@@ -93,6 +93,18 @@ def test_a_measurement_twenty_times_off_is_reported_and_not_fitted(tmp_path: Pat
     assert result.overlay.time == [] and not row.used and "beyond x10 either way" in row.note
 
 
+def test_calibrate_with_only_an_outlier_writes_no_overlay_and_exits_1(run_cli, tmp_path: Path):
+    # it wrote an overlay with no group (one that changes nothing) and exited 0, the measured column showing "-"
+    case = _synthetic(THROUGHPUT[TT_A100_FIT[0]], 20.0, tmp_path)
+    far = _write(tmp_path, "far.yaml", [case])
+    result = run_cli("calibrate", far, "-o", tmp_path / "cal.yaml")
+    assert result.exit_code == 1 and not (tmp_path / "cal.yaml").exists()
+    assert "nothing to fit" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    measured = case.measured.tokens_per_second_per_gpu
+    assert f"{measured:,.0f} tok/s/GPU" in " ".join(result.stdout.split())
+    assert "Overlay written" not in result.stdout
+
+
 def test_a_stronger_prior_moves_less(tmp_path: Path):
     case = _synthetic(THROUGHPUT[TT_A100_FIT[0]], 1.5, tmp_path)
     path = _write(tmp_path, "one.yaml", [case])

@@ -45,7 +45,7 @@ Exit status:
   0    answered with a plan (solve, pareto, every portfolio job), the configuration fits (estimate), every
        batch row solved
   {EXIT_NO_PLAN}    answered without a plan: infeasible scenario, estimate DOES NOT FIT, a portfolio job without a
-       plan, batch --strict with an error or infeasible row
+       plan, batch --strict with an error or infeasible row, calibrate with no usable measurement
   {EXIT_BAD_INPUT}    bad input: the one-line error names the file, the field and what is allowed
   {EXIT_OUTPUT}    an output file could not be written (not a regular file, read-only folder, full disk, size
        limit, another batch writing it): one line; the previous file is kept

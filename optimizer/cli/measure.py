@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from optimizer.inputs.errors import EXIT_NO_PLAN
 from optimizer.measure.calibrate import DEFAULT_MAX_FACTOR, DEFAULT_PRIOR_WEIGHT, calibrate
 from optimizer.measure.probe import DEFAULT_STEPS, DEFAULT_WARMUP, probe_scenario
 from optimizer.report import measure as report_measure
@@ -45,7 +46,11 @@ def calibrate_command(measurements: tuple[str, ...], output: str | None, scenari
     if as_json:
         click.echo(report.dumps(report_measure.calibration_json(result)), nl=False)
     else:
-        report_measure.print_calibration(result, output, report.console())
+        report_measure.print_calibration(result, output if result.fitted else None, report.console())
+    if not result.fitted:  # an answer without an overlay: the rows above say why each measurement was not used
+        click.echo(f"ftopt: nothing to fit: none of the {len(measurements)} measurement file(s) gave a usable "
+                   "figure (see each one's note); no overlay written", err=True)  # fmt: skip
+        click.get_current_context().exit(EXIT_NO_PLAN)
 
 
 @click.command("probe", epilog=PROBE_EXAMPLES)

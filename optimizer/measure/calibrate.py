@@ -121,6 +121,11 @@ class Result:
     overlay: Overlay
     rows: list[Row] = field(default_factory=list)
 
+    @property
+    def fitted(self) -> bool:
+        """Whether some measurement was used: an overlay without a time or memory group changes nothing."""
+        return bool(self.overlay.time or self.overlay.memory)
+
 
 def predict(case: Case, workdir: Path, overlay_file: Path | None = None, label: str = "") -> Prediction:
     """Evaluate the case's pinned configuration with the shipped models (or through ``overlay_file``).
@@ -340,13 +345,16 @@ def collect(files: list[str], scenario: str | None) -> list[tuple[Case, str]]:
 
 def calibrate(files: list[str], scenario: str | None = None, prior_weight: float = DEFAULT_PRIOR_WEIGHT,
               max_factor: float = DEFAULT_MAX_FACTOR, output: str | Path | None = None) -> Result:  # fmt: skip
-    """Read the measurements, fit the overlay, re-predict through it, and write it to ``output`` (atomically)."""
+    """Read the measurements, fit the overlay, re-predict through it, and write it to ``output`` (atomically).
+
+    Nothing is written when no measurement was usable (:attr:`Result.fitted`): the rows say why each was not.
+    """
     validate(Shrinkage, {"prior_weight": prior_weight, "max_factor": max_factor}, "ftopt calibrate", "--")
     cases = collect(files, scenario)
     with tempfile.TemporaryDirectory(prefix="ftopt-calibrate-") as tmp:
         result = fit_overlay(cases, Path(tmp), prior_weight, max_factor)
         _after(result, cases, Path(tmp))
-    if output is not None:
+    if output is not None and result.fitted:
         write_atomic(output, dump_overlay(result.overlay))
     return result
 

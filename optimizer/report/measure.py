@@ -43,8 +43,9 @@ def print_calibration(result: Result, output: str | None, console: Console) -> N
     for col in ("measurement", "model", "group", "measured", "before", "after"):
         table.add_column(col, justify="right" if col in ("measured", "before", "after") else "left")
     for r in result.rows:
-        if not r.used:
-            table.add_row(escape(r.id), escape(r.model), escape(r.group), "-", escape(r.note), "")
+        if not r.used:  # the figure read, when there was one, beside the reason it was not used
+            measured = "-" if r.measured is None else f"{_fmt(r.measured, r)} {unit_of(r)[1]}"
+            table.add_row(escape(r.id), escape(r.model), escape(r.group), measured, escape(r.note), "")
             continue
         unit = unit_of(r)[1]
         table.add_row(escape(r.id), escape(r.model), escape(r.group), f"{_fmt(r.measured, r)} {unit}",
