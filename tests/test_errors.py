@@ -130,13 +130,18 @@ def test_estimate_with_an_offer_id_nothing_holds_is_still_unknown(run_cli):
     assert "plan.offer: unknown offer 'aws-p4de-a100-80gx', did you mean 'aws-p4de-a100-80g'?" in result.stderr
 
 
-def test_estimate_with_a_precision_the_pinned_gpu_lacks_names_what_it_runs(run_cli):
-    # premise: the us catalog offers GPUs with fp8 (H100-SXM), so "no offered GPU runs fp8" would be false
+def test_estimate_with_a_precision_the_pinned_gpu_lacks_names_what_it_runs(run_cli, tmp_path):
+    # premise: the us catalog offers GPUs with fp8 (H100-SXM), so "no offered GPU runs fp8" would be false; the
+    # scenario runs under nemo, whose launch files train in fp8 (hf's do not: a refusal of its own, test_engines.py)
     catalog = load_catalog(["us"])
     assert any(catalog.gpus[o.gpu].fp8_tflops for o in catalog.offers)
-    result = _estimate_a100(run_cli, "--precision", "fp8")
+    doc = yaml.safe_load((REPO / "scenarios" / "7b-lora.yaml").read_text())
+    doc["training"] = {"framework": "nemo", "optimizer": "adamw"}
+    path = tmp_path / "7b-lora-nemo.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = run_cli("estimate", path, "--gpu", "A100-80G", "--cards", "1", "--micro-batch", "1", "--precision", "fp8")
     assert (result.exit_code, result.stdout) == (2, "")
-    assert result.stderr == (f"ftopt: error: {REPO / 'scenarios' / '7b-lora.yaml'}: plan.precision: A100-80G has no "
+    assert result.stderr == (f"ftopt: error: {path}: plan.precision: A100-80G has no "
                              "native fp8; it runs bf16, fp16, fp32: pin one of them, or a GPU with fp8\n")  # fmt: skip
 
 
@@ -146,7 +151,8 @@ def test_a_precision_no_offered_gpu_runs_names_what_each_runs(run_cli, write_sce
         {"id": "t-a100", "provider": "Test", "gpu": "A100-80G", "cards_per_node": 8, "prices": price},
         {"id": "t-v100", "provider": "Test", "gpu": "V100-32G", "cards_per_node": 8, "prices": price}]}  # fmt: skip
     (tmp_path / "offers.yaml").write_text(yaml.safe_dump(offers, sort_keys=False))
-    path = write_scenario(catalog="offers.yaml", plan={"precision": "fp8"})
+    path = write_scenario(catalog="offers.yaml", plan={"precision": "fp8"},
+                          training={"framework": "nemo", "optimizer": "adamw"})  # an engine with fp8
     result = run_cli("solve", path)
     assert result.exit_code == 2
     assert result.stderr == (f"ftopt: error: {path}: plan.precision: none of the offered GPUs runs fp8 natively: "
@@ -190,6 +196,16 @@ def test_duplicate_key_error_gives_line_and_column(tmp_path):
     path.write_text("a: 1\nb:\n  c: 2\n  c: 3\n")
     with pytest.raises(InputError, match=r"dup\.yaml: line 4, column 3: malformed YAML: duplicate key 'c'"):
         yamlio.read_yaml(path)
+
+
+def test_an_impossible_date_gives_its_line_and_column(tmp_path):
+    # a catalog's as_of: 2026-13-45 said only "malformed YAML: month must be in 1..12", with no place
+    path = tmp_path / "date.yaml"
+    path.write_text("offers:\n  - id: x\n    as_of: 2026-13-45\n")
+    with pytest.raises(InputError, match=r"date\.yaml: line 3, column 12: malformed YAML: '2026-13-45' is not a date"):
+        yamlio.read_yaml(path)
+    path.write_text("as_of: 2026-02-03\n")
+    assert str(yamlio.read_yaml(path)["as_of"]) == "2026-02-03"
 
 
 def test_misspelt_key_reports_the_unknown_key_not_the_missing_one():

@@ -46,6 +46,18 @@ class _StrictLoader(_Loader):  # type: ignore[misc, valid-type]
                 )
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_timestamp(self, node: Any) -> Any:
+        """A date-shaped value that is no date (2026-13-45) is an error at its line, not an unplaced ValueError."""
+        try:
+            return super().construct_yaml_timestamp(node)
+        except (ValueError, OverflowError) as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value!r} is not a date ({exc}): write YYYY-MM-DD", node.start_mark
+            ) from None
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", _StrictLoader.construct_yaml_timestamp)
+
 
 class _TooDeep(Exception):
     """Raised by _shape past MAX_DEPTH levels, before Python's own recursion limit is reached."""
