@@ -131,8 +131,8 @@ def test_estimate_with_an_offer_id_nothing_holds_is_still_unknown(run_cli):
 
 
 def test_estimate_with_a_precision_the_pinned_gpu_lacks_names_what_it_runs(run_cli, tmp_path):
-    # premise: the us catalog offers GPUs with fp8 (H100-SXM), so "no offered GPU runs fp8" would be false; the
-    # scenario runs under nemo, whose launch files train in fp8 (hf's do not: a refusal of its own, test_engines.py)
+    # premise: the us catalog offers GPUs with fp8 (H100-SXM), so "no offered GPU runs fp8" would be false; under
+    # nemo as under hf the card, not the engine, refuses fp8 (torchtune's refusal: test_engines.py)
     catalog = load_catalog(["us"])
     assert any(catalog.gpus[o.gpu].fp8_tflops for o in catalog.offers)
     doc = yaml.safe_load((REPO / "scenarios" / "7b-lora.yaml").read_text())

@@ -47,7 +47,9 @@ def test_risk_p99_fits_the_tail_ratio_and_refuses_a_configuration_that_fits_at_p
     assert _fits_at(p90, band["ratio_p90"], 0.05) and not _fits_at(p90, band["ratio_p99"], 0.05)
     assert p90.memory.fits and not p99.memory.fits
     best = solve_scenario(write_scenario("p99s.yaml", risk="p99")).best
-    assert best.uncertainty.risk.memory_ratio == band["ratio_p99"] and _fits_at(best, band["ratio_p99"], 0.05)
+    # at least the overall p99: a plan in a cell without a measured run is planned at the wider uncovered band
+    ratio = best.uncertainty.risk.memory_ratio
+    assert ratio >= band["ratio_p99"] and _fits_at(best, ratio, 0.05)
 
 
 def test_risk_limits_keep_the_deadline_at_the_slow_end(write_scenario):

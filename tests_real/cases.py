@@ -76,7 +76,7 @@ def _variants() -> dict[str, dict[str, Any]]:
     out["ddp-8gpu"] = _variant("hf_deepspeed", "lora", zero_stage=0, offload="none", training={"attention": "sdpa"})
     out["ddp-8bit-adamw"] = _variant("hf_deepspeed", "qlora", cards=2, **_H100_CARD, zero_stage=0, offload="none",
                                      training={"optimizer": "paged_adamw_8bit"})  # fmt: skip
-    for zero, offload in [(1, "none"), (2, "none"), (3, "none"), (3, "all")]:
+    for zero, offload in [(2, "none"), (3, "none"), (3, "all")]:  # FSDP has no stage 1 (frameworks.zero_stages)
         gpu = _H200 if zero < 3 else {}
         out[f"fsdp-z{zero}-{offload}"] = _variant("hf_fsdp", zero_stage=zero, offload=offload, **gpu)
     out["fsdp-lora"] = _variant("hf_fsdp", "lora", zero_stage=3, offload="none")

@@ -171,7 +171,7 @@ class Capabilities:
     hybrid_shard: bool = False  # shards inside each node and replicates across nodes (``hybrid_shard``)
     optimizer_kernels: tuple[str, ...] | None = None  # AdamW implementations it runs (``optimizer_kernels``)
     shardings: tuple[str, ...] | None = None  # training.sharding values its framework takes (``sharding``)
-    precisions: tuple[str, ...] | None = None  # precisions its launch files train in (``precisions``)
+    precisions: tuple[str, ...] | None = None  # precisions it trains in (``precisions``)
 
     def allows_tp(self, tp: int) -> bool:
         """Whether the engine runs this tensor-parallel degree."""
@@ -246,7 +246,7 @@ def scenario_refusals(scenario: Scenario, cap: Capabilities) -> list[tuple[str, 
         out.append(refused)
     precision = scenario.plan.precision
     if precision is not None and cap.precisions is not None and precision.value not in cap.precisions:
-        out.append(("plan.precision", f"{name}'s launch files train in {' | '.join(cap.precisions)}, not "
+        out.append(("plan.precision", f"{name} trains in {' | '.join(cap.precisions)}, not "
                     f"{precision.value} (calibration frameworks.precisions)"))  # fmt: skip
     if scenario.training.optimizer_in_backward and scenario.method.value not in cap.in_backward:
         runs = ", ".join(cap.in_backward) or "no method"
