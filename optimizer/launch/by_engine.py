@@ -8,6 +8,7 @@ this one state the library versions they were checked against.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from optimizer.inputs.schema import Checkpointing, Framework, ModelArch, OptimizerName, Scenario
@@ -75,15 +76,19 @@ def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int,
 
 
 def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int, save_steps: int | None = None,
-                    arch: ModelArch | None = None) -> dict[str, Any]:  # fmt: skip
+                    arch: ModelArch | None = None, steps: int | None = None,
+                    checkpoints_kept: int | None = None) -> dict[str, Any]:  # fmt: skip
     """Everything needed to start the plan with the scenario's framework, as plain data.
 
     ``save_steps``: optimizer steps between the checkpoint saves the plan's hours count (time.checkpoint_saves; the
     interval is the scenario's or the Young/Daly one, models/overheads.py). The HF-style files write it
     (TrainingArguments save_strategy "steps" and save_steps, LLaMA-Factory and Axolotl save_steps): without it the
     Trainer saves every 500 steps, which the plan did not price (a 70B checkpoint with its optimizer states is
-    about 1 TB); the other engines get a note. ``arch``: the model as the plan priced it, which names the HF-format
-    files' LoRA targets (lora_names.py); None takes the scenario's names as they are.
+    about 1 TB); NeMo's ModelCheckpoint takes it as every_n_train_steps; torchtune gets a note. ``arch``: the model
+    as the plan priced it, which names the HF-format files' LoRA targets (lora_names.py); None takes the scenario's
+    names as they are. ``steps``: the optimizer steps the plan is priced for (time.steps), written as each engine's
+    run length (:func:`run_length`). ``checkpoints_kept``: the checkpoints the disk check counts beside the model
+    (calibration hosts.checkpoints_kept), written as each engine's retention (:func:`retention`).
     """
     fw = scenario.training.framework
     if fw is Framework.torchtune:
@@ -95,18 +100,75 @@ def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int, save_st
     settings.update(file_exports(scenario, plan, arch))  # the files of their own (exporters.py), shown here too
     if save_steps is not None:
         notes.append(save_note(fw, save_steps))
-        for key in ("training_arguments", "llamafactory.yaml", AXOLOTL_FILE):
+        for key in HF_FILES:
             if isinstance(settings.get(key), dict):
                 if key == "training_arguments":
                     settings[key]["save_strategy"] = "steps"
                 settings[key]["save_steps"] = save_steps
+        if fw is Framework.nemo:
+            settings["nemo"].setdefault("checkpoint", {})["every_n_train_steps"] = save_steps
+    if steps is not None:
+        notes.append(run_length(settings, scenario, steps))
+    if checkpoints_kept is not None:
+        notes.append(retention(settings, fw, checkpoints_kept))
     if notes:
         settings["notes"] = notes
     return settings
 
 
+HF_FILES = ("training_arguments", "llamafactory.yaml", AXOLOTL_FILE)  # the HF-format files (TrainingArguments names)
+
+
+def run_length(settings: dict[str, Any], scenario: Scenario, steps: int) -> str:
+    """Write the plan's optimizer steps as each engine's run length; return the note that says so.
+
+    Without it each engine trains its own default length, not the steps the plan is priced for: TrainingArguments
+    and LLaMA-Factory num_train_epochs 3, Axolotl num_epochs 1, torchtune's configs epochs 1, and NeMo 2 needs
+    trainer.max_steps. HF, LLaMA-Factory and Axolotl take ``max_steps`` (it overrides the epochs: transformers
+    training_args.py max_steps, axolotl utils/schemas/config.py max_steps); NeMo the Lightning trainer's
+    ``max_steps``; torchtune counts epochs, so ``epochs`` = ceil(data.epochs) and ``max_steps_per_epoch`` =
+    ceil(steps / epochs), optimizer steps (torchtune 0.6.1 recipes/*_distributed.py stop an epoch when
+    (idx + 1) // gradient_accumulation_steps reaches it).
+    """
+    for key in HF_FILES:
+        if isinstance(settings.get(key), dict):
+            settings[key]["max_steps"] = steps
+    how = "max_steps in the files"
+    if isinstance(settings.get("torchtune"), dict):
+        epochs = math.ceil(scenario.data.epochs)
+        settings["torchtune"]["epochs"] = epochs
+        settings["torchtune"]["max_steps_per_epoch"] = math.ceil(steps / epochs)
+        how = f"torchtune epochs {epochs} x max_steps_per_epoch {math.ceil(steps / epochs)}"
+    if isinstance(settings.get("nemo"), dict):
+        settings["nemo"]["trainer"] = {"max_steps": steps}
+        how = "nemo trainer.max_steps"
+    return (f"run length: {steps} optimizer steps ({how}), the plan's ceil(tokens / (seq_len x global batch)), so "
+            "the run lasts the hours it is priced for; the engines' defaults train for a number of epochs instead")
+
+
+def retention(settings: dict[str, Any], framework: Framework, kept: int) -> str:
+    """Write how many checkpoints the run keeps (the disk check's ``kept``); return the note that says so.
+
+    HF, LLaMA-Factory and Axolotl: ``save_total_limit`` (the Trainer deletes the oldest beyond it; transformers
+    training_args.py); NeMo 2: ModelCheckpoint ``save_top_k`` (NeMo's default_log keeps the top 2 by
+    reduced_train_loss, and save_last one more); torchtune 0.6.1 keeps every epoch's checkpoint and has no key for it.
+    """
+    for key in HF_FILES:
+        if isinstance(settings.get(key), dict):
+            settings[key]["save_total_limit"] = kept
+    how = "save_total_limit in the files"
+    if framework is Framework.nemo:
+        settings["nemo"].setdefault("checkpoint", {})["save_top_k"] = kept
+        how = ("NeMo ModelCheckpoint save_top_k, the lowest monitored loss; its save_last keeps the newest too: "
+               "leave room for one more")
+    elif framework is Framework.torchtune:
+        how = "torchtune 0.6 keeps every epoch's checkpoint and has no limit: delete older ones yourself"
+    return f"checkpoints kept: the disk check counts the model and {kept} checkpoints ({how})"
+
+
 def save_note(framework: Framework, save_steps: int) -> str:
     """The checkpoint interval the plan's hours assume, as each engine is told it."""
     how = {Framework.hf: "save_steps in the files", Framework.torchtune: "torchtune 0.6 saves at each epoch end: "
-           "set a step-level save if your version has one", Framework.nemo: "ModelCheckpoint every_n_train_steps"}
+           "set a step-level save if your version has one", Framework.nemo: "nemo checkpoint.every_n_train_steps, "
+           "ModelCheckpoint's"}
     return f"checkpoints: the plan's hours count a save every {save_steps} optimizer steps ({how[framework]})"

@@ -128,6 +128,11 @@ def save_steps(est: Estimate) -> int | None:
     return max(1, min(t.steps, between))
 
 
+def run_steps(est: Estimate) -> int | None:
+    """The optimizer steps the plan is priced for (time.steps), which the launch files train for."""
+    return est.time.steps if est.time is not None else None
+
+
 def wall_clock_parts(t: Mapping[str, Any], i: int) -> dict[str, Any]:
     """Row ``i``'s training, checkpoint and start-up hours and its save count (empty without a hosts section)."""
     if "train_seconds" not in t:
@@ -387,7 +392,9 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     with named_limits(source):
         traded = trade_off(space, limits, remaining(settings, deadline), out.index)
     per_node = next(o.cards_per_node for o in space.offers if o.id == best.plan.offer)
-    launch = launch_settings(sc, best.plan, per_node, save_steps(best), space.job.arch)
+    kept = space.hosts_cal.get("checkpoints_kept")  # the checkpoints the disk check counts (requirements.py)
+    launch = launch_settings(sc, best.plan, per_node, save_steps(best), space.job.arch, run_steps(best),
+                             int(kept) if kept is not None else None)  # fmt: skip
     counts = (len(space.cand), space.enumerated)
     return SolveResult(sc, best, alternatives, top, None, space.currency, bound, *counts, launch, traded,
                        space.searched, top_k)  # fmt: skip
