@@ -16,8 +16,8 @@ from typing import Any
 from optimizer.inputs.schema import Attention, Checkpointing, Method, ModelArch, Offload, Precision, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.ds_config import ds_declares_optimizer
-from optimizer.launch.hf_args import hf_optim, trainer_recomputes
-from optimizer.launch.launch_common import plan_attention, sharded, torchrun_args, uses_deepspeed, uses_fsdp
+from optimizer.launch.hf_args import accelerator_config, hf_optim, trainer_recomputes, use_reentrant
+from optimizer.launch.launch_common import LR_SCHEDULE, plan_attention, torchrun_args, uses_deepspeed, uses_fsdp
 from optimizer.launch.lora_names import lora_names
 
 CONFIG_FILE = "axolotl.yaml"
@@ -63,6 +63,9 @@ def axolotl_config(scenario: Scenario, plan: Plan, arch: ModelArch | None = None
         # required by Axolotl; ftopt plans no learning rate: the HF Trainer's default, which the HF and LLaMA-Factory
         # exports run with unless the user sets one (transformers TrainingArguments learning_rate 5e-5)
         "learning_rate": 5.0e-5,
+        # the HF file's schedule (launch_common.LR_SCHEDULE); Axolotl's default is cosine with 3% warm-up
+        "lr_scheduler": LR_SCHEDULE["lr_scheduler_type"],
+        "warmup_steps": LR_SCHEDULE["warmup_steps"],
         "micro_batch_size": plan.micro_batch,
         "gradient_accumulation_steps": plan.grad_accum,
         "bf16": plan.precision in (Precision.bf16, Precision.fp8),
@@ -74,9 +77,8 @@ def axolotl_config(scenario: Scenario, plan: Plan, arch: ModelArch | None = None
     recompute = trainer_recomputes(scenario, plan)
     cfg["gradient_checkpointing"] = recompute
     if recompute and scenario.method is not Method.full:
-        # the same use_reentrant choice as the HF export (hf_args.hf_arguments, from PEFT's launch scripts)
-        reentrant = scenario.frozen_base_bits < 16 and sharded(scenario, plan)
-        cfg["gradient_checkpointing_kwargs"] = {"use_reentrant": reentrant}
+        # the same use_reentrant choice as the HF export (hf_args.use_reentrant, from PEFT's launch scripts)
+        cfg["gradient_checkpointing_kwargs"] = {"use_reentrant": use_reentrant(scenario, plan)}
     if uses_deepspeed(scenario, plan):
         cfg["deepspeed"] = "ds_config.json"
     elif uses_fsdp(scenario, plan):
@@ -85,6 +87,9 @@ def axolotl_config(scenario: Scenario, plan: Plan, arch: ModelArch | None = None
         if plan.shard_group is not None:  # hybrid sharding (HSDP): FSDP inside the group, DDP across the groups
             cfg["dp_shard_size"] = plan.shard_group  # Axolotl >= 0.12 docs/nd_parallelism.qmd "HSDP"
             cfg["dp_replicate_size"] = plan.dp // plan.shard_group
+        sync = accelerator_config(scenario, plan)
+        if sync is not None:  # Axolotl builds accelerate's AcceleratorConfig from it (core/builders/base.py)
+            cfg["accelerator_config"] = sync
     if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
         cfg["optimizer"] = hf_optim(scenario, plan)
     return cfg

@@ -19,6 +19,7 @@ from optimizer.launch.ds_config import ds_declares_optimizer
 from optimizer.launch.launch_common import (
     ACCELERATE_PRECISION,
     HF_ATTENTION,
+    LR_SCHEDULE,
     MASTER_PORT,
     TORCH_DTYPE,
     flag,
@@ -60,6 +61,31 @@ def trainer_recomputes(scenario: Scenario, plan: Plan) -> bool:
     return recompute and (scenario.method is not Method.full or not uses_fsdp(scenario, plan))
 
 
+def use_reentrant(scenario: Scenario, plan: Plan) -> bool:
+    """The activation checkpointing ``use_reentrant`` every HF-format file runs with.
+
+    LoRA/QLoRA as PEFT's launch scripts set it: True for QLoRA under ZeRO-3 or FSDP
+    (run_peft_qlora_deepspeed_stage3.sh, run_peft_qlora_fsdp.sh), False for LoRA under them and for QLoRA under DDP
+    (run_peft_deepspeed.sh, run_peft_fsdp.sh, run_peft_multigpu.sh). Full fine-tuning: False, transformers 5's default
+    (modeling_utils.py gradient_checkpointing_enable), which LLaMA-Factory (use_reentrant_gc, default True) must be
+    told.
+    """
+    return scenario.method is not Method.full and scenario.frozen_base_bits < 16 and sharded(scenario, plan)
+
+
+def accelerator_config(scenario: Scenario, plan: Plan) -> dict[str, Any] | None:
+    """TrainingArguments ``accelerator_config`` for an FSDP plan priced with a reduce every micro-batch, else None.
+
+    The Trainer accumulates under accelerator.no_sync (unsharded gradients held to the last micro-batch) unless
+    accelerate's ``sync_each_batch`` reduce-scatters every micro-batch, which ``training.reduce_every_micro_batch``
+    priced. LLaMA-Factory passes the dict to TrainingArguments and Axolotl to AcceleratorConfig
+    (axolotl core/builders/base.py _configure_accelerator_config), so the three files write the same.
+    """
+    if uses_fsdp(scenario, plan) and scenario.training.reduce_every_micro_batch and plan.grad_accum > 1:
+        return {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
+    return None
+
+
 def hf_arguments(scenario: Scenario, plan: Plan) -> dict[str, Any]:
     """HF ``TrainingArguments`` (Trainer, TRL SFTTrainer, LLaMA-Factory accept the same names).
 
@@ -72,13 +98,11 @@ def hf_arguments(scenario: Scenario, plan: Plan) -> dict[str, Any]:
         "activation_checkpointing": recompute,
         "bf16": plan.precision is Precision.bf16,
         "fp16": plan.precision is Precision.fp16,
+        **LR_SCHEDULE,
     }
     if recompute and scenario.method is not Method.full:
-        # PEFT's launch scripts: use_reentrant True for QLoRA under ZeRO-3 or FSDP (run_peft_qlora_deepspeed_stage3.sh,
-        # run_peft_qlora_fsdp.sh), False for LoRA under them and for QLoRA under DDP (run_peft_deepspeed.sh,
-        # run_peft_fsdp.sh, run_peft_multigpu.sh); train.py passes it as the checkpointing kwargs
-        reentrant = scenario.frozen_base_bits < 16 and sharded(scenario, plan)
-        args["activation_checkpointing_kwargs"] = {"use_reentrant": reentrant}
+        # PEFT's train.py passes use_reentrant as the checkpointing kwargs (use_reentrant())
+        args["activation_checkpointing_kwargs"] = {"use_reentrant": use_reentrant(scenario, plan)}
     if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
         # with "optimizer" in ds_config.json the Trainer ignores optim (DummyOptim), so printing one would contradict
         # the config: DeepSpeed steps DeepSpeedCPUAdam on the host
@@ -89,10 +113,9 @@ def hf_arguments(scenario: Scenario, plan: Plan) -> dict[str, Any]:
         args["activation_offloading"] = True  # TRL SFTConfig only (huggingface/trl trl/trainer/sft_config.py)
     if uses_deepspeed(scenario, plan):
         args["deepspeed"] = "ds_config.json"
-    if uses_fsdp(scenario, plan) and scenario.training.reduce_every_micro_batch and plan.grad_accum > 1:
-        # the Trainer accumulates under accelerator.no_sync (unsharded gradients held to the last micro-batch) unless
-        # accelerate's sync_each_batch reduce-scatters every micro-batch, which the plan was priced with
-        args["accelerator_config"] = {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
+    sync = accelerator_config(scenario, plan)
+    if sync is not None:
+        args["accelerator_config"] = sync
     return args
 
 

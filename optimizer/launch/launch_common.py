@@ -18,6 +18,11 @@ ACCELERATE_PRECISION = {Precision.bf16: "bf16", Precision.fp16: "fp16", Precisio
 HF_ATTENTION = {Attention.flash: "flash_attention_2", Attention.sdpa: "sdpa", Attention.eager: "eager"}
 TORCH_DTYPE = {Precision.fp16: "float16"}  # anything else computes in bfloat16 (the QLoRA compute dtype)
 MASTER_PORT = 29500  # torchrun's default --master_port
+# The learning-rate schedule of every HF-format file: transformers' default (TrainingArguments lr_scheduler_type
+# "linear", warmup_steps 0), which LLaMA-Factory inherits; Axolotl's own default is cosine with 3% warm-up (axolotl
+# utils/schemas/training.py lr_scheduler, core/builders/base.py _configure_warmup_and_logging), so it is told too.
+# ftopt plans no schedule: one plan launches one schedule whichever file runs it.
+LR_SCHEDULE = {"lr_scheduler_type": "linear", "warmup_steps": 0}
 RDZV = f"--rdzv_backend c10d --rdzv_endpoint $MASTER_ADDR:{MASTER_PORT}"  # torchrun multi-node rendezvous
 
 
@@ -44,16 +49,6 @@ def uses_fsdp(scenario: Scenario, plan: Plan) -> bool:
 def sharded(scenario: Scenario, plan: Plan) -> bool:
     """Parameters sharded across ranks: FSDP, or DeepSpeed ZeRO-3."""
     return uses_fsdp(scenario, plan) or (uses_deepspeed(scenario, plan) and plan.zero_stage == 3)
-
-
-def lora_targets(scenario: Scenario) -> list[str] | str:
-    """The scenario's LoRA target modules (HF names), or the string ``all-linear``: a dense model's module names.
-
-    The HF-format files name an MoE model's experts through :func:`lora_names.lora_names` instead.
-    """
-    spec = scenario.lora_spec
-    targets = [str(t) for t in spec.targets] if spec is not None else []
-    return "all-linear" if "all-linear" in targets else targets
 
 
 def peft_lora_config(scenario: Scenario, arch: ModelArch | None = None) -> dict[str, Any] | None:

@@ -14,8 +14,8 @@ from typing import Any
 from optimizer.inputs.schema import Attention, Checkpointing, Method, ModelArch, Precision, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.ds_config import ds_declares_optimizer
-from optimizer.launch.hf_args import hf_optim, launcher
-from optimizer.launch.launch_common import MASTER_PORT, plan_attention, uses_deepspeed, uses_fsdp
+from optimizer.launch.hf_args import accelerator_config, hf_optim, launcher, use_reentrant
+from optimizer.launch.launch_common import LR_SCHEDULE, MASTER_PORT, plan_attention, uses_deepspeed, uses_fsdp
 from optimizer.launch.lora_names import lora_names
 
 # LLaMA-Factory ModelArguments flash_attn: auto | disabled | sdpa | fa2
@@ -25,6 +25,10 @@ CONFIG_FILE = "llamafactory.yaml"
 
 def llamafactory_config(scenario: Scenario, plan: Plan, arch: ModelArch | None = None) -> dict[str, Any]:
     """The training YAML (model, method, dataset placeholders, batch and precision keys).
+
+    LLaMA-Factory's parser takes TrainingArguments fields (hparams/training_args.py subclasses transformers'
+    Seq2SeqTrainingArguments), so the schedule and FSDP's ``accelerator_config`` are the HF file's; its own
+    ``use_reentrant_gc`` (ModelArguments, default True) is set to the HF file's use_reentrant.
 
     ``lora_target`` names Linear modules only: an MoE model's routed experts, parameters in transformers 5, get no
     adapter under LLaMA-Factory (lora_names.llamafactory_notes says so).
@@ -66,7 +70,13 @@ def llamafactory_config(scenario: Scenario, plan: Plan, arch: ModelArch | None =
         # under FSDP full fine-tuning the FSDP plugin recomputes instead
         "disable_gradient_checkpointing": plan.checkpointing is Checkpointing.none
         or (uses_fsdp(scenario, plan) and scenario.method is Method.full),
+        **LR_SCHEDULE,
     })  # fmt: skip
+    if not cfg["disable_gradient_checkpointing"]:
+        cfg["use_reentrant_gc"] = use_reentrant(scenario, plan)  # model_utils/checkpointing.py passes it on
+    sync = accelerator_config(scenario, plan)
+    if sync is not None:
+        cfg["accelerator_config"] = sync
     if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
         cfg["optim"] = hf_optim(scenario, plan)
     return cfg

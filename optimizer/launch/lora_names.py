@@ -84,7 +84,10 @@ def scenario_targets(scenario: Scenario) -> list[str]:
 def lora_names(scenario: Scenario, arch: ModelArch | None = None) -> LoraNames:
     """The target_modules and target_parameters for the scenario's LoRA targets on ``arch``.
 
-    Dense (or ``arch`` unknown): the scenario's names, ``all-linear`` kept. MoE: the attention names asked
+    Dense (or ``arch`` unknown): the scenario's names, ``all-linear`` kept when it is the only one; with more names
+    beside it (``[all-linear, lm_head]``) the projections written out plus those names, since PEFT's all-linear
+    leaves the output layer out (peft tuners_utils.py _maybe_include_all_linear_layers) and the plan prices its
+    adapter. MoE: the attention names asked
     (all-linear: q, k, v, o; written out, since PEFT >= 0.20 turns all-linear on these models into the router and
     the experts at twice the rank, and PEFT 0.18 into the attention alone), the MLP names asked only where Linear
     MLPs exist besides the routed experts (shared experts, dense blocks), lm_head if asked, and the family's expert
@@ -93,7 +96,9 @@ def lora_names(scenario: Scenario, arch: ModelArch | None = None) -> LoraNames:
     asked = scenario_targets(scenario)
     fam = family(arch)
     if fam is None:
-        return LoraNames(ALL_LINEAR if ALL_LINEAR in asked else asked, [])
+        if asked == [ALL_LINEAR]:
+            return LoraNames(ALL_LINEAR, [])
+        return LoraNames(expand_all_linear(asked), [])
     assert arch is not None  # family() is None without an architecture
     every = ALL_LINEAR in asked
     wanted = [*ATTENTION, *MLP, *(t for t in asked if t == "lm_head")] if every else asked
@@ -102,6 +107,14 @@ def lora_names(scenario: Scenario, arch: ModelArch | None = None) -> LoraNames:
     modules = [t for t in wanted if t not in MLP or linear_mlps]
     parameters = list(dict.fromkeys(fam.experts[t] for t in mlp if t in fam.experts))
     return LoraNames(modules, parameters, moe_notes(mlp, modules, fam))
+
+
+def expand_all_linear(asked: list[str]) -> list[str]:
+    """The targets with ``all-linear`` written out as the attention and MLP projections, the others kept, in order."""
+    out: list[str] = []
+    for t in asked:
+        out += [*ATTENTION, *MLP] if t == ALL_LINEAR else [t]
+    return list(dict.fromkeys(out))
 
 
 def moe_notes(mlp: list[str], modules: list[str], fam: Family) -> tuple[str, ...]:

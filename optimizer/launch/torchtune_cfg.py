@@ -22,7 +22,8 @@ from optimizer.inputs.schema import (
     Scenario,
 )
 from optimizer.inputs.schema_plan import Plan
-from optimizer.launch.launch_common import lora_targets, torchrun_args
+from optimizer.launch.launch_common import torchrun_args
+from optimizer.launch.lora_names import scenario_targets
 
 # catalog model name (lower case) -> (torchtune.models module, base builder); the LoRA builder is "lora_" + base and
 # the QLoRA builder "qlora_" + base where the module defines one (torchtune 0.6.1 torchtune/models/*/_model_builders.py)
@@ -113,15 +114,15 @@ def model_component(scenario: Scenario) -> tuple[dict[str, Any], list[str]]:
         block["_component_"] = f"torchtune.models.{module}.{prefix}{base}"
     spec = scenario.lora_spec
     if scenario.method is not Method.full and spec is not None:
-        targets = lora_targets(scenario)
-        every = targets == "all-linear"
+        targets = scenario_targets(scenario)
+        every = "all-linear" in targets
         block["lora_attn_modules"] = list(_ATTN.values()) if every else [_ATTN[t] for t in targets if t in _ATTN]
         block["apply_lora_to_mlp"] = every or any(t in _MLP for t in targets)
         mlp = set() if every else {t for t in targets if t in _MLP}
         if mlp and mlp != _MLP:
             notes.append(f"torchtune adapts all three MLP projections (apply_lora_to_mlp), not only "
                          f"{', '.join(sorted(mlp))}: more adapters than the plan priced")  # fmt: skip
-        output = not every and "lm_head" in targets
+        output = "lm_head" in targets  # all-linear names the projections only: lm_head is asked for by name
         tied = entry is not None and entry[0] == "llama3_2"  # its 1B/3B builders raise: the output is tied
         block["apply_lora_to_output"] = output and not tied
         if output and tied:
