@@ -76,6 +76,12 @@ def optimizer_config(plan: Plan) -> dict[str, Any]:
     (HybridDeviceOptimizer, megatron/core/optimizer/__init__.py); it needs decoupled weight decay (AdamW mode, the
     default) and the distributed optimizer, the one wrapper that accepts it (distrib_optimizer.py "Only Adam and
     HybridDeviceOptimizer currently supported"), hence ZeRO stage 1 (calibration.yaml frameworks.offload_modes).
+    With Adam it takes ``use_precision_aware_optimizer`` too: Megatron-LM's argument check requires it ("optimizer
+    cpu offload must be used in conjunction with --use-precision-aware-optimizer"; megatron/core/optimizer/
+    cpu_offloading/README.md lists the three flags), and without it the distributed optimizer keeps an fp32 main
+    copy of its shard on the GPU (distrib_optimizer.py "Generate main param" unless
+    use_precision_aware_optimizer_no_fp8_or_ds_fp8, which offload turns on) beside the HybridDeviceOptimizer's on the
+    host, memory the plan gave back. OptimizerConfig accepts it with adam only (optimizer_config.py __post_init__).
     """
     keys: dict[str, Any] = {
         "optimizer": MEGATRON_OPTIMIZER.get(plan.optimizer, plan.optimizer.value),
@@ -84,6 +90,8 @@ def optimizer_config(plan: Plan) -> dict[str, Any]:
     if plan.offload is not Offload.none:
         keys["optimizer_cpu_offload"] = True
         keys["optimizer_offload_fraction"] = 1.0
+        if keys["optimizer"] == "adam":
+            keys["use_precision_aware_optimizer"] = True
     return keys
 
 
@@ -177,6 +185,10 @@ def nemo_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[
         notes += lora_notes(scenario)
     if scenario.frozen_base_bits < 16:
         notes.append("NeMo 2 LoRA trains over a 16-bit base: it has no 4/8-bit (QLoRA) base")
+    if plan.offload is not Offload.none and plan.optimizer is OptimizerName.sgd:
+        notes.append("Megatron-Core's CPU offload of SGD runs without use_precision_aware_optimizer (adam only): the "
+                     "distributed optimizer keeps its fp32 main parameters on the GPU, and Megatron-LM's own "
+                     "arguments refuse offload without it")  # fmt: skip
     if plan.optimizer not in MEGATRON_OPTIMIZER:
         notes.append(f"Megatron-Core builds adam or sgd only: {plan.optimizer.value} does not run under NeMo")
     command = f"torchrun {torchrun_args(plan, cards_per_node)} <script>"
