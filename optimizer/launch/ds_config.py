@@ -28,9 +28,28 @@ def offloads_optimizer(plan: Plan) -> bool:
     return plan.offload is not Offload.none and plan.zero_stage >= 1
 
 
+def bucket_sizes(plan: Plan) -> dict[str, Any]:
+    """The ZeRO bucket keys as the memory model prices them: "auto", which the HF Trainer fills from the model.
+
+    The memory model counts HF's "auto" sizes (models/memory.py buffer_bytes, calibration ds_bucket_bytes): the
+    Trainer sets reduce_bucket_size h x h and, at ZeRO-3, stage3_prefetch_bucket_size 0.9 h x h and
+    stage3_param_persistence_threshold 10 h (transformers integrations/deepspeed.py trainer_config_finalize).
+    Left out, DeepSpeed's own defaults apply: reduce_bucket_size 5e8 elements, and ZeRO-1/2 with overlap_comm and
+    contiguous_gradients allocates two reduce buffers of it (runtime/zero/stage_1_and_2.py setup_buckets), 2 GB in
+    16 bits and 4 GB in ZeRO-1's fp32, against h x h (34 MB x 2 for h = 4096). allgather_bucket_size is not written:
+    ZeRO-1/2 gathers the updated parameters in place (runtime/utils.py all_gather_dp_groups takes
+    all_gather_into_tensor), so it allocates no bucket of that size.
+    """
+    keys: dict[str, Any] = {"reduce_bucket_size": "auto"}
+    if plan.zero_stage == 3:
+        keys.update(stage3_prefetch_bucket_size="auto", stage3_param_persistence_threshold="auto")
+    return keys
+
+
 def deepspeed_config(plan: Plan) -> dict[str, Any]:
-    """DeepSpeed config JSON for the plan (ZeRO stage, offload, batch sizes, mixed precision)."""
-    zero: dict[str, Any] = {"stage": plan.zero_stage, "overlap_comm": True, "contiguous_gradients": True}
+    """DeepSpeed config JSON for the plan (ZeRO stage, offload, batch sizes, mixed precision, bucket sizes)."""
+    zero: dict[str, Any] = {"stage": plan.zero_stage, "overlap_comm": True, "contiguous_gradients": True,
+                            **bucket_sizes(plan)}  # fmt: skip
     if offloads_optimizer(plan):  # config-json: valid for ZeRO stage 1, 2, 3
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if plan.offload is Offload.all and plan.zero_stage == 3:  # config-json: offload_param "valid only with stage 3"
