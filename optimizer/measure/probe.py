@@ -40,6 +40,7 @@ from optimizer.inputs.errors import InputError
 from optimizer.inputs.schema import MAX_NAME, Attention, Framework, ModelArch
 from optimizer.inputs.schema_plan import Estimate, Plan
 from optimizer.launch.ds_config import deepspeed_config
+from optimizer.launch.fsdp_args import fsdp_plugin
 from optimizer.launch.lora_names import lora_config_targets, lora_names
 from optimizer.measure.calibrate import scenario_document
 from optimizer.models import cost
@@ -256,6 +257,8 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
            "warmup": warmup, "steps": steps}  # fmt: skip
     if cfg["sharding"] == "deepspeed" and p.zero_stage > 0 and trial.plan is not None:
         cfg["deepspeed"] = deepspeed_config(trial.plan)  # the launch's own config: SGD stays SGD under ZeRO-Offload
+    if cfg["sharding"] == "fsdp" and p.zero_stage > 0 and trial.plan is not None:
+        cfg["fsdp"] = fsdp_plugin(sc, trial.plan)  # the launch's own FSDP settings (use_orig_params false for LoRA)
     out = Path(out_dir)
     write_folder_atomic(out, {"probe_config.json": json.dumps(cfg, indent=2, sort_keys=False) + "\n",
                               "probe.py": SCRIPT.read_text(encoding="utf-8")})  # fmt: skip

@@ -145,15 +145,22 @@ def build_model(cfg: dict[str, Any], device: str, quantise: bool | None = None) 
         import peft
 
         lora = cfg["lora"]
-        # ftopt's names for this model (an MoE model's routed experts as target_parameters); older configs: targets
-        names = lora.get("peft_targets") or {"target_modules": lora["targets"]}
-        modules = names["target_modules"]
-        targets = "all-linear" if "all-linear" in modules else [t for t in modules if t != "lm_head"]
+        names = lora.get("peft_targets") or {}
         extra = {"target_parameters": names["target_parameters"]} if names.get("target_parameters") else {}
-        settings = peft.LoraConfig(r=lora["rank"], lora_alpha=lora["alpha"], target_modules=targets,
+        settings = peft.LoraConfig(r=lora["rank"], lora_alpha=lora["alpha"], target_modules=peft_modules(lora),
                                    lora_dropout=lora["dropout"], task_type="CAUSAL_LM", **extra)  # fmt: skip
         model = peft.get_peft_model(model, settings)
     return model
+
+
+def peft_modules(lora: dict[str, Any]) -> Any:
+    """PEFT ``target_modules``: the launch's LoraConfig names (``peft_targets``).
+
+    lm_head is included where the plan prices its adapter; an MoE model's experts are target_parameters. An older
+    config's ``targets`` holding all-linear becomes PEFT's all-linear string.
+    """
+    modules = (lora.get("peft_targets") or {"target_modules": lora["targets"]})["target_modules"]
+    return "all-linear" if isinstance(modules, list) and "all-linear" in modules else modules
 
 
 def _quant_storage(cfg: dict[str, Any], half: Any) -> Any:
@@ -262,16 +269,27 @@ def ds_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def fsdp_args(cfg: dict[str, Any]) -> dict[str, Any]:
-    """TrainingArguments fsdp settings for the plan (empty unless it shards with FSDP)."""
+    """TrainingArguments fsdp settings for the plan (empty unless it shards with FSDP).
+
+    The launch's own accelerate FSDP settings (``cfg["fsdp"]``, ftopt's launch/fsdp_args.py: FSDP1, sharding
+    strategy, offload, use_orig_params, loading, state dict) in the Trainer's ``fsdp_config`` names: it drops the
+    ``fsdp_`` prefix itself and reads the FSDP1 sharding strategy as ``reshard_after_forward`` and the offload as
+    ``cpu_offload`` (transformers 5.24 training_args.py _process_fsdp_args, which defaults to FSDP2 and
+    use_orig_params true without them).
+    """
     if cfg["zero_stage"] == 0 or cfg["sharding"] != "fsdp":
         return {}
-    mode = "full_shard" if cfg["zero_stage"] == 3 else "shard_grad_op"
-    if cfg["offload"] != "none":
-        mode += " offload"
-    # rank 0 holds the model, the others start empty and receive it (build_model): one host copy per node
-    fsdp_config = {"transformer_layer_cls_to_wrap": [cfg["layer_class"]], "cpu_ram_efficient_loading": True,
-                   "sync_module_states": True}  # fmt: skip
-    return {"fsdp": f"{mode} auto_wrap", "fsdp_config": fsdp_config}
+    rename = {"sharding_strategy": "reshard_after_forward", "offload_params": "cpu_offload"}
+    config = {rename.get(k.removeprefix("fsdp_"), k.removeprefix("fsdp_")): v for k, v in cfg["fsdp"].items()}
+    config["reshard_after_forward"] = str(config["reshard_after_forward"]).lower()
+    config["transformer_layer_cls_to_wrap"] = [cfg["layer_class"]]
+    return {"fsdp": True, "fsdp_config": config}
+
+
+def trainer_recomputes(cfg: dict[str, Any]) -> bool:
+    """The Trainer's own activation checkpointing: off where FSDP recomputes (the Trainer raises for both at once)."""
+    fsdp = fsdp_args(cfg).get("fsdp_config", {})
+    return cfg["checkpointing"] != "none" and not fsdp.get("activation_checkpointing", False)
 
 
 def checkpointing_args(on: bool) -> dict[str, Any]:
@@ -363,7 +381,7 @@ def train(cfg: dict[str, Any], device: str, warmup: int, steps: int) -> tuple[An
             max_steps=warmup + steps, learning_rate=1e-5, optim=optim, report_to=[], save_strategy="no",
             logging_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0, use_cpu=device == "cpu",
             bf16=cfg["precision"] == "bf16" and device != "cpu", fp16=cfg["precision"] == "fp16" and device != "cpu",
-            **checkpointing_args(cfg["checkpointing"] != "none"),
+            **checkpointing_args(trainer_recomputes(cfg) if device != "cpu" else cfg["checkpointing"] != "none"),
             deepspeed=ds_config(cfg) if device != "cpu" else None, **(fsdp_args(cfg) if device != "cpu" else {}),
         )  # fmt: skip
         model = build_model(cfg, device)  # after the arguments: ZeRO-3 then builds it partitioned (zero.Init)
