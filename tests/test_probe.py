@@ -12,6 +12,7 @@ from optimizer.inputs.catalog import load_scenario
 from optimizer.inputs.measurement import parse_cases
 from optimizer.inputs.schema import Scenario
 from optimizer.inputs.yamlio import validate
+from optimizer.launch.fsdp_args import fsdp_plugin
 from optimizer.measure import probe_script
 from optimizer.measure.probe import probe_scenario
 from optimizer.solve.planner import estimate_scenario, solve_scenario
@@ -125,8 +126,24 @@ def test_deepspeed_settings_follow_the_plan(probe_70b):
     assert offloaded == ("cpu" if t.offload.value != "none" else None)
     assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (t.micro_batch, 1)
     assert probe_script.ds_config({**cfg, "zero_stage": 0}) is None
-    assert probe_script.fsdp_args({**cfg, "sharding": "fsdp", "layer_class": "LlamaDecoderLayer"})["fsdp"] == (
-        "full_shard offload auto_wrap")
+    assert probe_script.fsdp_args(cfg) == {}
+
+
+def test_an_fsdp_probe_runs_the_launchs_fsdp_settings(tmp_path: Path):
+    """The probe's FSDP is the launch's (fsdp_args.fsdp_plugin): FSDP1, its sharding strategy and use_orig_params
+    false for LoRA, where the Trainer alone would run FSDP2 with use_orig_params true."""
+    path = tmp_path / "7b-lora-fsdp.yaml"
+    path.write_text(SEVEN_B.read_text() + "plan: {zero_stage: 3, cards: 2}\n")
+    doc = yaml.safe_load(path.read_text())
+    doc["training"] = {**doc.get("training", {}), "sharding": "fsdp"}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    probe = probe_scenario(path, tmp_path / "out")
+    cfg = json.loads((tmp_path / "out" / "probe_config.json").read_text())
+    assert cfg["fsdp"] == fsdp_plugin(load_scenario(path), probe.trial.plan)
+    config = probe_script.fsdp_args(cfg)["fsdp_config"]
+    assert (config["version"], config["reshard_after_forward"], config["use_orig_params"]) == (1, "full_shard", False)
+    assert config["transformer_layer_cls_to_wrap"] == ["LlamaDecoderLayer"]
+    assert probe_script.trainer_recomputes(cfg) == (cfg["checkpointing"] != "none")  # LoRA: the Trainer recomputes
 
 
 def test_a_tensor_parallel_plan_is_refused_with_one_line(run_cli, write_scenario, tmp_path: Path):

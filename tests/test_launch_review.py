@@ -1,0 +1,120 @@
+"""What every launch file must say for the run to be the priced one: run length, checkpoints kept, schedule,
+LoRA targets beside all-linear, FSDP's reduce per micro-batch, use_reentrant, NeMo's offload, DeepSpeed's buckets."""
+
+from __future__ import annotations
+
+import math
+
+from optimizer.inputs.catalog import load_catalog
+from optimizer.inputs.schema import Scenario
+from optimizer.inputs.schema_plan import Plan
+from optimizer.launch import deepspeed_config, launch_settings
+from optimizer.launch.nemo_cfg import optimizer_config
+from optimizer.measure import probe_script
+from optimizer.solve.planner import solve_scenario
+
+from .conftest import REPO, scenario_doc
+
+HF_FILES = ("training_arguments", "llamafactory.yaml", "axolotl.yaml")
+
+
+def _plan(**changes) -> Plan:
+    base = dict(gpu="A100-80G", offer="x", cards=8, nodes=1, tp=1, pp=1, dp=8, zero_stage=3, offload="none",
+                micro_batch=2, grad_accum=4, precision="bf16", optimizer="adamw", checkpointing="full", term="hour",
+                billed_units={"hour": 10})  # fmt: skip
+    return Plan(**{**base, **changes})
+
+
+def _scenario(method: str = "lora", targets: list[str] | None = None, epochs: float = 1, **training) -> Scenario:
+    lora = None if method == "full" else {"rank": 16, "alpha": 32, "targets": targets or ["all-linear"]}
+    training = {k: v for k, v in {"framework": "hf", **training}.items() if v is not None}
+    doc = scenario_doc(method=method, lora=lora, training=training)
+    doc["data"] = {**doc["data"], "epochs": epochs}
+    return Scenario(**doc)
+
+
+def test_every_file_trains_the_steps_the_plan_is_priced_for():
+    """The solve passes time.steps: HF, LLaMA-Factory and Axolotl max_steps (their defaults train 3 or 1 epochs)."""
+    result = solve_scenario(REPO / "scenarios" / "7b-lora.yaml")
+    steps, launch = result.best.time.steps, result.launch
+    assert steps > 0 and launch is not None
+    assert [launch[k]["max_steps"] for k in HF_FILES] == [steps] * 3
+    assert any(n.startswith(f"run length: {steps} optimizer steps") for n in launch["notes"])
+
+
+def test_torchtune_counts_epochs_and_nemo_trainer_steps():
+    """torchtune: ceil(data.epochs) epochs of ceil(steps / epochs) optimizer steps; NeMo: trainer.max_steps."""
+    tt = launch_settings(_scenario(epochs=2.5, sharding=None, framework="torchtune"), _plan(), 8, steps=1001)
+    assert (tt["torchtune"]["epochs"], tt["torchtune"]["max_steps_per_epoch"]) == (3, math.ceil(1001 / 3))
+    nemo = launch_settings(_scenario("full", sharding=None, framework="nemo"), _plan(zero_stage=1), 8, steps=1001)
+    assert nemo["nemo"]["trainer"] == {"max_steps": 1001}
+
+
+def test_the_files_keep_the_checkpoints_the_disk_check_counts():
+    """save_total_limit (NeMo save_top_k) = calibration hosts.checkpoints_kept, read from the catalog the solve used."""
+    kept = int(load_catalog().calibration["hosts"]["checkpoints_kept"])
+    launch = solve_scenario(REPO / "scenarios" / "7b-lora.yaml").launch
+    assert [launch[k]["save_total_limit"] for k in HF_FILES] == [kept] * 3
+    nemo = launch_settings(_scenario("full", sharding=None, framework="nemo"), _plan(zero_stage=1), 8, save_steps=50,
+                           checkpoints_kept=kept)  # fmt: skip
+    assert nemo["nemo"]["checkpoint"] == {"every_n_train_steps": 50, "save_top_k": kept}
+
+
+def test_one_learning_rate_schedule_in_every_hf_format_file():
+    """transformers' linear with no warm-up; Axolotl defaults to cosine with 3% warm-up unless told."""
+    s = launch_settings(_scenario(), _plan(), 8)
+    for key in ("training_arguments", "llamafactory.yaml"):
+        assert (s[key]["lr_scheduler_type"], s[key]["warmup_steps"]) == ("linear", 0)
+    assert (s["axolotl.yaml"]["lr_scheduler"], s["axolotl.yaml"]["warmup_steps"]) == ("linear", 0)
+
+
+def test_all_linear_with_lm_head_names_the_projections_and_the_output_layer():
+    """PEFT's all-linear leaves the output layer out, and a list holding "all-linear" names no module: written out."""
+    s = launch_settings(_scenario(targets=["all-linear", "lm_head"]), _plan(zero_stage=0, dp=8), 8)
+    names = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
+    assert s["lora_config"]["target_modules"] == names
+    assert s["llamafactory.yaml"]["lora_target"] == ",".join(names)
+    assert s["axolotl.yaml"]["lora_target_modules"] == names and "lora_target_linear" not in s["axolotl.yaml"]
+    tt_scenario = _scenario(targets=["all-linear", "lm_head"], sharding=None, framework="torchtune")
+    tt = launch_settings(tt_scenario, _plan(), 8)
+    assert tt["torchtune"]["model"]["apply_lora_to_output"] is True
+    assert probe_script.peft_modules({"peft_targets": s["lora_config"]}) == names
+    plain = launch_settings(_scenario(targets=["all-linear"]), _plan(zero_stage=0, dp=8), 8)
+    assert plain["lora_config"]["target_modules"] == "all-linear"
+
+
+def test_fsdp_reduce_per_micro_batch_reaches_llamafactory_and_axolotl():
+    sync = {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
+    s = launch_settings(_scenario("full", sharding="fsdp", reduce_every_micro_batch=True), _plan(), 8)
+    assert [s[k].get("accelerator_config") for k in HF_FILES] == [sync] * 3
+    off = launch_settings(_scenario("full", sharding="fsdp"), _plan(), 8)
+    assert not any("accelerator_config" in off[k] for k in HF_FILES)
+
+
+def test_llamafactory_recomputes_with_the_hf_files_use_reentrant():
+    """LLaMA-Factory's use_reentrant_gc defaults to True; LoRA under ZeRO-3 runs non-reentrant, QLoRA reentrant."""
+    lora = launch_settings(_scenario(sharding="deepspeed"), _plan(), 8)
+    assert lora["llamafactory.yaml"]["use_reentrant_gc"] is False
+    assert lora["training_arguments"]["activation_checkpointing_kwargs"] == {"use_reentrant": False}
+    qlora = launch_settings(_scenario("qlora", sharding="deepspeed"), _plan(), 8)
+    assert qlora["llamafactory.yaml"]["use_reentrant_gc"] is True
+    full = launch_settings(_scenario("full", sharding="deepspeed"), _plan(), 8)
+    assert full["llamafactory.yaml"]["use_reentrant_gc"] is False  # transformers 5's default for the HF file
+
+
+def test_nemo_optimizer_offload_is_precision_aware():
+    """Megatron-LM refuses optimizer_cpu_offload without use_precision_aware_optimizer (Adam only in megatron-core)."""
+    assert optimizer_config(_plan(zero_stage=1, offload="optimizer"))["use_precision_aware_optimizer"] is True
+    assert "use_precision_aware_optimizer" not in optimizer_config(_plan(zero_stage=1))
+    sgd = optimizer_config(_plan(zero_stage=1, offload="optimizer", optimizer="sgd"))
+    assert "use_precision_aware_optimizer" not in sgd
+
+
+def test_deepspeed_buckets_are_the_auto_sizes_the_memory_model_prices():
+    """reduce_bucket_size "auto" (h x h) at every stage, the ZeRO-3 prefetch and persistence "auto" too; DeepSpeed's
+    defaults (5e8 elements, two reduce buffers) are 2-4 GB where the model prices 1 GB."""
+    z2 = deepspeed_config(_plan(zero_stage=2))["zero_optimization"]
+    assert z2["reduce_bucket_size"] == "auto" and "stage3_prefetch_bucket_size" not in z2
+    z3 = deepspeed_config(_plan(zero_stage=3))["zero_optimization"]
+    auto = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
+    assert all(z3[k] == "auto" for k in auto)
