@@ -48,6 +48,12 @@ def _check(case: dict, workdir: Path) -> str:
     for key in ("sequence_len", "micro_batch_size", "gradient_accumulation_steps", "sample_packing"):
         assert cfg[key] == config[key], (key, cfg[key], config[key])
     assert cfg["attn_implementation"] == config["attn_implementation"]
+    for key in ("max_steps", "save_total_limit", "lr_scheduler", "warmup_steps", "accelerator_config"):
+        assert cfg.get(key) == config.get(key), (key, cfg.get(key), config.get(key))
+    if config.get("accelerator_config"):  # the builder passes it to accelerate's AcceleratorConfig
+        from transformers.trainer_pt_utils import AcceleratorConfig
+
+        AcceleratorConfig(**config["accelerator_config"])
     return "ok"
 
 

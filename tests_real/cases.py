@@ -94,6 +94,10 @@ def _variants() -> dict[str, dict[str, Any]]:
     out["fsdp-2nodes-hybrid"] = _variant("hf_fsdp", cards=16, zero_stage=3, offload="none", shard_group=8)
     out["fsdp-sync-each-batch"] = _variant("hf_fsdp", zero_stage=3, offload="none", micro_batch=1,
                                            training={"reduce_every_micro_batch": True})  # fmt: skip
+    # all-linear with lm_head: written out as the projections plus lm_head (PEFT's all-linear skips the output)
+    lm_head = {**_variant("hf_deepspeed", "lora", zero_stage=0, offload="none"),
+               "lora": {**_LORA, "targets": ["all-linear", "lm_head"]}}  # fmt: skip
+    out["ddp-lora-lm-head"] = lm_head
     out["tt-full-z3"] = _variant("torchtune", zero_stage=3, offload="none")
     out["tt-full-z2"] = _variant("torchtune", zero_stage=2, offload="none")
     out["tt-full-offload"] = _variant("torchtune", zero_stage=3, offload="all")

@@ -39,6 +39,13 @@ def _check(case: dict, workdir: Path) -> str:
     model_args, data_args, train_args, finetuning_args, _ = get_train_args(config)
     assert train_args.per_device_train_batch_size == config["per_device_train_batch_size"]
     assert finetuning_args.finetuning_type == config["finetuning_type"]
+    assert train_args.max_steps == config["max_steps"] > 0 and train_args.save_total_limit == config["save_total_limit"]
+    assert train_args.lr_scheduler_type.value == config["lr_scheduler_type"] and train_args.warmup_steps == 0
+    if "use_reentrant_gc" in config:
+        assert model_args.use_reentrant_gc is config["use_reentrant_gc"]
+    if "accelerator_config" in config:  # TrainingArguments turns the dict into accelerate's AcceleratorConfig
+        kwargs = train_args.accelerator_config.gradient_accumulation_kwargs
+        assert kwargs == config["accelerator_config"]["gradient_accumulation_kwargs"], kwargs
     if config.get("quantization_bit"):
         assert model_args.quantization_bit == config["quantization_bit"]
     if "deepspeed" in config:

@@ -29,10 +29,27 @@ def _deepspeed_config(ds: dict, dp: int, monkeypatch):
     return ds_config.DeepSpeedConfig(json.loads(json.dumps(ds)), mpu=mpu)
 
 
+def _filled_ds_config(case, tmp_path, monkeypatch) -> dict:
+    """ds_config.json with its "auto" values filled as the Trainer fills them at its DeepSpeed init (the model's
+    hidden size for the bucket sizes; transformers integrations/deepspeed.py trainer_config_finalize)."""
+    args = _training_arguments(case, tmp_path, monkeypatch)
+    hf_ds = args.hf_deepspeed_config
+    model = SimpleNamespace(config=SimpleNamespace(hidden_size=case.model.hidden))
+    hf_ds.trainer_config_finalize(args, model, num_training_steps=10)
+    return hf_ds.config
+
+
 @pytest.mark.parametrize("name", DS)
-def test_deepspeed_accepts_the_config_with_the_plans_data_parallel_size(name, monkeypatch):
+def test_deepspeed_accepts_the_config_with_the_plans_data_parallel_size(name, tmp_path, monkeypatch):
     case = solved(name)
-    cfg = _deepspeed_config(case.settings["ds_config.json"], case.plan.dp, monkeypatch)
+    filled = _filled_ds_config(case, tmp_path, monkeypatch)
+    cfg = _deepspeed_config(filled, case.plan.dp, monkeypatch)
+    # the bucket sizes the memory model prices: HF's auto sizes from the hidden size, not DeepSpeed's 5e8 elements
+    h = case.model.hidden
+    assert cfg.zero_config.reduce_bucket_size == h * h
+    if case.plan.zero_stage == 3:
+        assert cfg.zero_config.prefetch_bucket_size == int(0.9 * h * h)
+        assert cfg.zero_config.param_persistence_threshold == 10 * h
     assert cfg.zero_optimization_stage == case.plan.zero_stage
     assert cfg.train_batch_size == case.scenario.global_batch
     offload = cfg.zero_config.offload_optimizer
@@ -74,6 +91,12 @@ def test_training_arguments_parse_and_agree_with_deepspeed(name, tmp_path, monke
     # rows of seq_len tokens, full when the plan counts packed rows (TRL "wrapped" fills every row)
     assert args.max_length == case.scenario.seq_len and args.packing == case.scenario.data.packing
     assert not args.packing or args.packing_strategy == "wrapped"
+    # the plan's run: its optimizer steps, the checkpoints the disk check counts, transformers' linear schedule
+    ta = case.settings["training_arguments"]
+    assert args.max_steps == ta["max_steps"] > 0 and args.save_total_limit == ta["save_total_limit"]
+    assert args.lr_scheduler_type.value == "linear" and args.warmup_steps == 0
+    if "accelerator_config" in ta:
+        assert args.accelerator_config.gradient_accumulation_kwargs == {"sync_each_batch": True}
     if "deepspeed" in case.settings["training_arguments"]:
         hf_ds = args.hf_deepspeed_config
         model = SimpleNamespace(config=SimpleNamespace(hidden_size=case.model.hidden))
@@ -87,6 +110,9 @@ def test_peft_accepts_the_lora_config(name):
 
     cfg = LoraConfig(**solved(name).settings["lora_config"])
     assert cfg.r == solved(name).scenario.lora_spec.rank
+    targets = [str(t) for t in solved(name).scenario.lora_spec.targets]
+    if "lm_head" in targets:  # PEFT's all-linear leaves the output layer out: it must be named
+        assert "lm_head" in cfg.target_modules and "all-linear" not in cfg.target_modules
 
 
 @pytest.mark.parametrize("name", [n for n in HF if "quantization_config" in solved(n).settings["from_pretrained"]])

@@ -41,9 +41,13 @@ def test_transformer_config_accepts_the_model_settings(name):
 
 
 @pytest.mark.parametrize("name", NEMO)
-def test_ddp_and_optimizer_configs_accept_the_sharding_and_offload(name):
+def test_ddp_and_optimizer_configs_accept_the_sharding_and_offload(name, monkeypatch):
     from megatron.core.distributed import DistributedDataParallelConfig
-    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.optimizer import OptimizerConfig, optimizer_config
+
+    # the precision-aware optimizer asks TransformerEngine's version, which this CPU environment lacks (NeMo's
+    # containers ship TE >= 2.1); with CPU offload it then returns before needing TE's FusedAdam
+    monkeypatch.setattr(optimizer_config, "is_te_min_version", lambda *args, **kwargs: True)
 
     case = solved(name)
     nemo = case.settings["nemo"]
@@ -53,6 +57,10 @@ def test_ddp_and_optimizer_configs_accept_the_sharding_and_offload(name):
     assert ddp.use_distributed_optimizer == opt.use_distributed_optimizer == (case.plan.zero_stage >= 1)
     if case.plan.offload.value != "none":
         assert opt.optimizer_cpu_offload and opt.optimizer_offload_fraction == 1.0 and opt.use_distributed_optimizer
+        # Megatron-LM requires the precision-aware optimizer with CPU offload; with it the distributed optimizer keeps
+        # no fp32 main copy of its shard on the GPU (distrib_optimizer.py reads this flag)
+        assert opt.use_precision_aware_optimizer == (opt.optimizer == "adam")
+        assert opt.use_precision_aware_optimizer_no_fp8_or_ds_fp8 == (opt.optimizer == "adam")
     if case.plan.zero_stage >= 2:
         assert ddp.use_megatron_fsdp
     data = nemo["data"]  # packed: m rows of seq_len per micro-batch become one row of m x seq_len (NeMo's own rule)

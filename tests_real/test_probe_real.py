@@ -146,3 +146,29 @@ def test_the_probe_builds_a_qlora_model_without_a_whole_16_bit_copy(tmp_path: Pa
     assert grew <= nf4 + 8 * widest + 64 * 2**20, (grew, nf4)
     assert grew < sixteen_bit, (grew, sixteen_bit)
     assert not list(tmp_path.glob("p/**/*.safetensors"))
+
+
+_FSDP_ARGS = """
+import json, sys, tempfile
+import transformers
+sys.path.insert(0, sys.argv[1])
+import probe
+cfg = json.load(open(sys.argv[1] + "/probe_config.json"))
+args = transformers.TrainingArguments(output_dir=tempfile.mkdtemp(), report_to=[], use_cpu=True, **probe.fsdp_args(cfg))
+print(json.dumps({k: v for k, v in args.fsdp_plugin_args.items() if isinstance(v, (bool, int, str))}))
+"""
+
+
+def test_the_fsdp_probe_builds_the_launchs_fsdp1_plugin(tmp_path: Path):
+    """The probe's TrainingArguments turn the launch's FSDP settings into accelerate's plugin arguments: FSDP1, full
+    sharding and use_orig_params false for LoRA (transformers alone would run FSDP2 with use_orig_params true)."""
+    doc = yaml.safe_load(SCENARIO.read_text())
+    doc["training"] = {**doc["training"], "sharding": "fsdp"}
+    doc["plan"] = {"zero_stage": 3, "cards": 2}
+    scenario = tmp_path / "7b-lora-fsdp.yaml"
+    scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = tmp_path / "probe"
+    _ftopt("probe", scenario, "--out", out, "--steps", "2", "--warmup", "1")
+    plugin = json.loads(_run("-c", _FSDP_ARGS, out).stdout.strip().splitlines()[-1])
+    assert plugin["fsdp_version"] == 1 and plugin["use_orig_params"] is False
+    assert plugin["reshard_after_forward"] == "full_shard" and plugin["sync_module_states"] is True

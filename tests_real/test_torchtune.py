@@ -96,6 +96,9 @@ def test_the_recipe_starts_with_the_settings(name, tmp_path, monkeypatch):
         if dist.is_initialized():
             dist.destroy_process_group()
     assert recipe._gradient_accumulation_steps == case.plan.grad_accum
+    # the run length: the recipe reads epochs and max_steps_per_epoch (optimizer steps) from the merged config
+    assert (recipe.total_epochs, recipe.max_steps_per_epoch) == (cfg.epochs, cfg.max_steps_per_epoch)
+    assert cfg.epochs * cfg.max_steps_per_epoch >= case.settings["torchtune"]["max_steps_per_epoch"] > 0
 
 
 @pytest.mark.parametrize("name", TORCHTUNE)
