@@ -66,15 +66,18 @@ EXPORTERS: tuple[Exporter, ...] = (
              "from_pretrained (attention kernel, 4/8-bit loading), LoraConfig, `accelerate launch` command",
              "transformers 5.24 (oldest: 5.23, first with `activation_checkpointing`), accelerate 1.15, peft 0.21, "
              "trl 1.16", HF),  # fmt: skip
-    Exporter("DeepSpeed", "ds_config", "ds_config.json (ZeRO stage, offload, batch sizes, precision)",
+    Exporter("DeepSpeed", "ds_config", "ds_config.json (ZeRO stage, offload, batch sizes, precision, "
+             "auto bucket sizes)",
              "DeepSpeed 0.19.8", HF, file="ds_config.json", build=lambda sc, p, arch: deepspeed_config(p), fmt="json",
              applies=uses_deepspeed, plans="hf plans under DeepSpeed"),  # fmt: skip
     Exporter("FSDP (accelerate)", "fsdp_args", "`--fsdp_*` flags", "accelerate 1.15, torch 2.13", HF),
     Exporter("torchtune", "torchtune_cfg", "recipe overrides (model builder incl. `qlora_*`, LoRA keys, optimizer, "
-             "packed dataset, tokenizer max_seq_len), `tune run` command", "torchtune 0.6.1",
+             "packed dataset, tokenizer max_seq_len, epochs x max_steps_per_epoch), `tune run` command",
+             "torchtune 0.6.1",
              frozenset({Framework.torchtune})),  # fmt: skip
     Exporter("NeMo 2 / Megatron-Core", "nemo_cfg", "TransformerConfig, DDP (distributed optimizer, Megatron FSDP), "
-             "OptimizerConfig (CPU offload), data module (packed sequences), LoRA", "megatron-core 0.16.1",
+             "OptimizerConfig (precision-aware CPU offload), data module (packed sequences), LoRA, trainer max_steps, "
+             "ModelCheckpoint", "megatron-core 0.16.1",
              frozenset({Framework.nemo})),  # fmt: skip
     Exporter("LLaMA-Factory", "llamafactory_cfg", "`llamafactory-cli train` YAML and its environment "
              "(FORCE_TORCHRUN, NNODES, NODE_RANK, MASTER_ADDR)", "llamafactory 0.9.5", HF, file="llamafactory.yaml",
