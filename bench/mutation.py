@@ -105,6 +105,12 @@ MUTATIONS: list[Mutation] = [
     _m("calibrate-empty-overlay-written", "measure", "optimizer/measure/calibrate.py",
        r"    if output is not None and result\.fitted:", "    if output is not None:", MEASURE_TESTS,
        "an overlay with no group is written and the command exits 0 as if it had calibrated something"),
+    _m("launch-fp8-trains-fp32", "launch", "optimizer/launch/ds_config.py", r"    if half_bf16\(plan\):",
+       "    if plan.precision is Precision.bf16:", ["tests/test_launch_review.py"],
+       "an hf fp8 plan's ds_config.json has no bf16 block: DeepSpeed trains it in fp32"),
+    _m("launch-moe-zero3-leaf-note-dropped", "launch", "optimizer/launch/by_engine.py",
+       r"        if arch is not None and arch\.experts > 1:\n", "        if False:\n", ["tests/test_launch_review.py"],
+       "Mixtral under ZeRO-3 with the plain Trainer hangs on experts the ranks fetch differently; nothing says so"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

@@ -309,7 +309,7 @@ def test_torchtune_notes_what_the_recipe_cannot_run():
     def notes(**changes):
         return " ".join(launch_settings(sc, _plan(**changes), cards_per_node=8).get("notes", []))
 
-    assert "bf16 or fp32" in notes(precision="fp16")
+    # fp16 and fp8 never get here: scenarios pinning them are refused (calibration frameworks.precisions)
     assert "selective" in notes(checkpointing="selective")
     assert "one data-parallel rank" in notes(cards=1, nodes=1, dp=1, offload="all")
     assert notes() == ""

@@ -118,3 +118,29 @@ def test_deepspeed_buckets_are_the_auto_sizes_the_memory_model_prices():
     z3 = deepspeed_config(_plan(zero_stage=3))["zero_optimization"]
     auto = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
     assert all(z3[k] == "auto" for k in auto)
+
+
+def test_an_hf_fp8_plan_trains_in_bf16_where_no_fp8_switch_exists_and_says_so():
+    # ds_config.json had only {"fp16": {"enabled": false}} and TrainingArguments bf16 false: DeepSpeed trained in fp32
+    plan = _plan(precision="fp8", gpu="H100-SXM")
+    settings = launch_settings(_scenario(method="full", sharding="deepspeed"), plan, 8)
+    ds = deepspeed_config(plan)
+    assert ds["bf16"] == {"enabled": True} and "fp16" not in ds
+    assert settings["training_arguments"]["bf16"] is True and settings["llamafactory.yaml"]["bf16"] is True
+    assert settings["axolotl.yaml"]["fp8"] is True and settings["axolotl.yaml"]["bf16"] is True
+    assert any(n.startswith("fp8: axolotl.yaml trains the fp8 matmuls") for n in settings["notes"])
+    fsdp = launch_settings(_scenario(method="full", sharding="fsdp"), plan, 8)
+    assert "--mixed_precision bf16" in fsdp["command"]  # the Trainer sets it from bf16 anyway
+    bf16 = launch_settings(_scenario(method="full", sharding="deepspeed"), _plan(), 8)
+    assert not any(n.startswith("fp8:") for n in bf16["notes"])
+
+
+def test_an_moe_model_under_zero_3_is_told_to_gather_its_moe_blocks_whole():
+    catalog = load_catalog()
+    sc = _scenario(sharding="deepspeed")
+    moe = launch_settings(sc, _plan(), 8, arch=catalog.model("Mixtral-8x7B"))
+    assert any("set_z3_leaf_modules" in n for n in moe["notes"])
+    dense = launch_settings(sc, _plan(), 8, arch=catalog.model("Llama-3.1-8B"))
+    assert not any("set_z3_leaf_modules" in n for n in dense["notes"])
+    zero2 = launch_settings(sc, _plan(zero_stage=2), 8, arch=catalog.model("Mixtral-8x7B"))
+    assert not any("set_z3_leaf_modules" in n for n in zero2["notes"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from optimizer.inputs.schema import Checkpointing, Framework, ModelArch, OptimizerName, Scenario
+from optimizer.inputs.schema import Checkpointing, Framework, ModelArch, OptimizerName, Precision, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.axolotl_cfg import CONFIG_FILE as AXOLOTL_FILE
 from optimizer.launch.axolotl_cfg import axolotl_command, axolotl_notes
@@ -28,6 +28,19 @@ ZERO3_LOADING = (
     "build TrainingArguments(deepspeed='ds_config.json') before from_pretrained: transformers then loads the model "
     "already partitioned (deepspeed.zero.Init) instead of whole on every rank (transformers "
     "integrations/deepspeed.py is_deepspeed_zero3_enabled)"
+)
+
+FP8_HF = (
+    "fp8: axolotl.yaml trains the fp8 matmuls this plan is priced with (fp8: true, torchao float8 on top of bf16); "
+    "TrainingArguments, ds_config.json and LLaMA-Factory have no fp8 switch, so those files train in bf16, slower "
+    "than priced (pin precision: bf16 for a plan they launch as priced)"
+)
+
+MOE_ZERO3 = (
+    "ZeRO-3 with an MoE model: the router sends each rank's tokens to different experts, so the ranks fetch different "
+    "partitioned parameters and can hang; before training call deepspeed.utils.set_z3_leaf_modules(model, [<the "
+    "model's sparse MoE block class>]) so each MoE block is gathered whole (LLaMA-Factory does this itself: "
+    "model_utils/moe.py add_z3_leaf_module)"
 )
 
 HF_SELECTIVE = (
@@ -62,6 +75,10 @@ def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int,
             notes.append("FSDP + QLoRA with paged_adamw_8bit fails when saving a checkpoint (peft accelerate/fsdp.md)")
     elif uses_deepspeed(scenario, plan) and plan.zero_stage == 3:
         notes.append(ZERO3_LOADING)
+        if arch is not None and arch.experts > 1:
+            notes.append(MOE_ZERO3)
+    if plan.precision is Precision.fp8:
+        notes.append(FP8_HF)
     if plan.checkpointing is Checkpointing.selective:
         notes.append(HF_SELECTIVE)
     lf = llamafactory_settings(scenario, plan, cards_per_node, fsdp)

@@ -11,6 +11,7 @@ from typing import Any
 
 from optimizer.inputs.schema import Offload, OptimizerName, Precision
 from optimizer.inputs.schema_plan import Plan
+from optimizer.launch.launch_common import half_bf16
 
 
 def ds_declares_optimizer(plan: Plan) -> bool:
@@ -80,7 +81,7 @@ def deepspeed_config(plan: Plan) -> dict[str, Any]:
         # Turned off, DeepSpeed steps the client torch optimizer on the CPU partitions (DeepSpeed
         # runtime/engine.py _configure_zero_optimizer, "zero_force_ds_cpu_optimizer").
         config["zero_force_ds_cpu_optimizer"] = False
-    if plan.precision is Precision.bf16:
+    if half_bf16(plan):  # an fp8 plan's non-fp8 part; DeepSpeed has no fp8 switch (launch_common.half_bf16)
         config["bf16"] = {"enabled": True}
     elif plan.precision is Precision.fp16:
         config["fp16"] = {"enabled": True, "loss_scale": 0}  # config-json: loss_scale 0 = dynamic loss scaling

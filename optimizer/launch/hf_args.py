@@ -23,6 +23,7 @@ from optimizer.launch.launch_common import (
     MASTER_PORT,
     TORCH_DTYPE,
     flag,
+    half_bf16,
     plan_attention,
     sharded,
     uses_deepspeed,
@@ -96,7 +97,7 @@ def hf_arguments(scenario: Scenario, plan: Plan) -> dict[str, Any]:
         "per_device_train_batch_size": plan.micro_batch,
         "gradient_accumulation_steps": plan.grad_accum,
         "activation_checkpointing": recompute,
-        "bf16": plan.precision is Precision.bf16,
+        "bf16": half_bf16(plan),  # fp8 plans too: TrainingArguments has no fp8 switch (launch_common.half_bf16)
         "fp16": plan.precision is Precision.fp16,
         **LR_SCHEDULE,
     }
@@ -174,7 +175,8 @@ def launcher(scenario: Scenario, plan: Plan, fsdp: dict[str, Any] | None = None)
     cmd = "accelerate launch"
     if fsdp is not None:
         cmd += " --use_fsdp " + " ".join(f"--{k} {flag(v)}" for k, v in fsdp.items())
-        cmd += f" --mixed_precision {ACCELERATE_PRECISION[plan.precision]}"
+        # the Trainer sets accelerate's mixed precision from its bf16/fp16 arguments, so fp8 is launched as bf16
+        cmd += f" --mixed_precision {'bf16' if half_bf16(plan) else ACCELERATE_PRECISION[plan.precision]}"
     elif uses_deepspeed(scenario, plan):
         cmd += " --use_deepspeed --deepspeed_config_file ds_config.json"
         if plan.nodes > 1:

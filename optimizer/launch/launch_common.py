@@ -26,6 +26,16 @@ LR_SCHEDULE = {"lr_scheduler_type": "linear", "warmup_steps": 0}
 RDZV = f"--rdzv_backend c10d --rdzv_endpoint $MASTER_ADDR:{MASTER_PORT}"  # torchrun multi-node rendezvous
 
 
+def half_bf16(plan: Plan) -> bool:
+    """Whether the HF-format files train in bf16: a bf16 plan, and an fp8 one.
+
+    transformers' TrainingArguments, DeepSpeed's config and LLaMA-Factory have bf16 and fp16 switches and none for
+    fp8 (an fp8 plan written as neither trained in fp32), so an fp8 plan trains there in bf16, its non-fp8 part's
+    precision; Axolotl adds its own ``fp8`` (axolotl_cfg.py) and the launch notes say so (by_engine.FP8_HF).
+    """
+    return plan.precision in (Precision.bf16, Precision.fp8)
+
+
 def plan_attention(scenario: Scenario, plan: Plan) -> Attention:
     """The attention kernel the plan runs: ``Plan.attention``, else the scenario's request.
 

@@ -15,7 +15,14 @@ from optimizer.inputs.schema import Attention, Checkpointing, Method, ModelArch,
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.ds_config import ds_declares_optimizer
 from optimizer.launch.hf_args import accelerator_config, hf_optim, launcher, use_reentrant
-from optimizer.launch.launch_common import LR_SCHEDULE, MASTER_PORT, plan_attention, uses_deepspeed, uses_fsdp
+from optimizer.launch.launch_common import (
+    LR_SCHEDULE,
+    MASTER_PORT,
+    half_bf16,
+    plan_attention,
+    uses_deepspeed,
+    uses_fsdp,
+)
 from optimizer.launch.lora_names import lora_names
 
 # LLaMA-Factory ModelArguments flash_attn: auto | disabled | sdpa | fa2
@@ -64,7 +71,7 @@ def llamafactory_config(scenario: Scenario, plan: Plan, arch: ModelArch | None =
         "output_dir": "<output_dir>",
         "per_device_train_batch_size": plan.micro_batch,
         "gradient_accumulation_steps": plan.grad_accum,
-        "bf16": plan.precision is Precision.bf16,
+        "bf16": half_bf16(plan),  # fp8 plans too: no fp8 switch (launch_common.half_bf16)
         "fp16": plan.precision is Precision.fp16,
         # LLaMA-Factory checkpoints activations unless told not to (ModelArguments disable_gradient_checkpointing);
         # under FSDP full fine-tuning the FSDP plugin recomputes instead

@@ -18,7 +18,6 @@ from optimizer.inputs.schema import (
     Offload,
     OptimizerKernel,
     OptimizerName,
-    Precision,
     Scenario,
 )
 from optimizer.inputs.schema_plan import Plan
@@ -169,9 +168,6 @@ def torchtune_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> t
         notes.append("enable_activation_offloading needs enable_activation_checkpointing (the recipe raises): "
                      "left off")  # fmt: skip
     recipe = "full_finetune_distributed" if full else "lora_finetune_distributed"
-    if plan.precision not in (Precision.bf16, Precision.fp32):
-        notes.append(f"torchtune recipes take dtype bf16 or fp32 only ({recipe}.py raises for fp16): "
-                     f"this {plan.precision.value} plan does not run under torchtune")  # fmt: skip
     if plan.checkpointing is Checkpointing.selective:
         notes.append(
             "torchtune 0.6 has no per-operator selective checkpointing (its ac_mode 'selective' recomputes "
