@@ -111,6 +111,9 @@ MUTATIONS: list[Mutation] = [
     _m("launch-moe-zero3-leaf-note-dropped", "launch", "optimizer/launch/by_engine.py",
        r"        if arch is not None and arch\.experts > 1:\n", "        if False:\n", ["tests/test_launch_review.py"],
        "Mixtral under ZeRO-3 with the plain Trainer hangs on experts the ranks fetch differently; nothing says so"),
+    _m("launch-loss-not-written", "launch", "optimizer/launch/by_engine.py",
+       r"    notes \+= loss_settings\(settings, scenario\)\n", "\n", ["tests/test_launch_review.py"],
+       "a plan that fits only with Liger's fused loss launches without it and runs out of memory"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

@@ -144,3 +144,23 @@ def test_an_moe_model_under_zero_3_is_told_to_gather_its_moe_blocks_whole():
     assert not any("set_z3_leaf_modules" in n for n in dense["notes"])
     zero2 = launch_settings(sc, _plan(zero_stage=2), 8, arch=catalog.model("Mixtral-8x7B"))
     assert not any("set_z3_leaf_modules" in n for n in zero2["notes"])
+
+
+def test_the_loss_the_memory_is_priced_with_is_asked_for_or_its_absence_said():
+    # training.loss: fused fitted 8B full fine-tuning at 32K (47 GiB of fp32 logits less), but no file asked for Liger
+    fused = launch_settings(_scenario(method="full", sharding="deepspeed", loss="fused"), _plan(), 8)
+    assert fused["training_arguments"]["use_liger_kernel"] is True
+    assert fused["llamafactory.yaml"]["enable_liger_kernel"] is True
+    assert fused["axolotl.yaml"]["plugins"] == ["axolotl.integrations.liger.LigerPlugin"]
+    assert fused["axolotl.yaml"]["liger_fused_linear_cross_entropy"] is True
+    assert any("pip install liger-kernel" in n for n in fused["notes"])
+    chunked = launch_settings(_scenario(method="full", sharding="deepspeed", loss="chunked"), _plan(), 8)
+    assert "use_liger_kernel" not in chunked["training_arguments"]
+    assert any(n.startswith("loss chunked: priced as asked, but these files cannot ask hf") for n in chunked["notes"])
+    plain = launch_settings(_scenario(method="full", sharding="deepspeed"), _plan(), 8)
+    assert "use_liger_kernel" not in plain["training_arguments"] and not any("loss" in n for n in plain["notes"])
+    tt = launch_settings(_scenario(method="full", framework="torchtune", sharding="fsdp", loss="standard"), _plan(), 8)
+    assert tt["torchtune"]["loss"] == {"_component_": "torch.nn.CrossEntropyLoss"}
+    nemo = launch_settings(_scenario(method="full", framework="nemo", sharding=None, loss="fused"),
+                           _plan(zero_stage=1), 8)  # fmt: skip
+    assert any(n.startswith("loss fused: priced as asked") for n in nemo["notes"])

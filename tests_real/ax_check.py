@@ -27,6 +27,7 @@ class _Caught(logging.Handler):
 
 def _check(case: dict, workdir: Path) -> str:
     import torch
+    from axolotl.cli.config import prepare_plugins
     from axolotl.utils.config import validate_config
     from axolotl.utils.dict import DictDefault
 
@@ -38,7 +39,9 @@ def _check(case: dict, workdir: Path) -> str:
     caught = _Caught()
     logging.getLogger("axolotl").addHandler(caught)
     try:
-        cfg = validate_config(DictDefault(config), capabilities=case["capabilities"],
+        cfg = DictDefault(config)
+        prepare_plugins(cfg)  # as `axolotl train` does before validating (cli/config.py load_cfg): plugin keys
+        cfg = validate_config(cfg, capabilities=case["capabilities"],
                               env_capabilities={"torch_version": torch.__version__.split("+")[0]})  # fmt: skip
     finally:
         logging.getLogger("axolotl").removeHandler(caught)
@@ -48,7 +51,8 @@ def _check(case: dict, workdir: Path) -> str:
     for key in ("sequence_len", "micro_batch_size", "gradient_accumulation_steps", "sample_packing"):
         assert cfg[key] == config[key], (key, cfg[key], config[key])
     assert cfg["attn_implementation"] == config["attn_implementation"]
-    for key in ("max_steps", "save_total_limit", "lr_scheduler", "warmup_steps", "accelerator_config"):
+    for key in ("max_steps", "save_total_limit", "lr_scheduler", "warmup_steps", "accelerator_config",
+                "liger_fused_linear_cross_entropy"):  # the Liger plugin's key survives validation (fused loss)
         assert cfg.get(key) == config.get(key), (key, cfg.get(key), config.get(key))
     if config.get("accelerator_config"):  # the builder passes it to accelerate's AcceleratorConfig
         from transformers.trainer_pt_utils import AcceleratorConfig

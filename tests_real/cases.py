@@ -114,6 +114,8 @@ def _variants() -> dict[str, dict[str, Any]]:
     out["nemo-fp8"] = _variant("nemo", precision="fp8", checkpointing="full")
     # hf has no fp8 switch: the files train the plan in bf16 (launch_common.half_bf16), which DeepSpeed must accept
     out["ds-fp8"] = _variant("hf_deepspeed", zero_stage=3, offload="none", precision="fp8")
+    # the fused loss (Liger): use_liger_kernel, enable_liger_kernel and Axolotl's LigerPlugin must be accepted
+    out["ds-liger"] = _variant("hf_deepspeed", "lora", zero_stage=2, offload="none", training={"loss": "fused"})
     out["nemo-fp16"] = _variant("nemo", precision="fp16", **_A100)
     out["nemo-lora"] = _variant("nemo", "lora", cards=1, **_H100_CARD)
     out["nemo-2nodes"] = _variant("nemo", cards=16, tp=8)

@@ -46,6 +46,8 @@ def _check(case: dict, workdir: Path) -> str:
     if "accelerator_config" in config:  # TrainingArguments turns the dict into accelerate's AcceleratorConfig
         kwargs = train_args.accelerator_config.gradient_accumulation_kwargs
         assert kwargs == config["accelerator_config"]["gradient_accumulation_kwargs"], kwargs
+    if "enable_liger_kernel" in config:
+        assert model_args.enable_liger_kernel is config["enable_liger_kernel"]
     if config.get("quantization_bit"):
         assert model_args.quantization_bit == config["quantization_bit"]
     if "deepspeed" in config:

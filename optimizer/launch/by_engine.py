@@ -11,7 +11,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from optimizer.inputs.schema import Checkpointing, Framework, ModelArch, OptimizerName, Precision, Scenario
+from optimizer.inputs.schema import (
+    Checkpointing,
+    Framework,
+    Loss,
+    ModelArch,
+    OptimizerName,
+    Precision,
+    Scenario,
+)
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.axolotl_cfg import CONFIG_FILE as AXOLOTL_FILE
 from optimizer.launch.axolotl_cfg import axolotl_command, axolotl_notes
@@ -124,6 +132,7 @@ def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int, save_st
                 settings[key]["save_steps"] = save_steps
         if fw is Framework.nemo:
             settings["nemo"].setdefault("checkpoint", {})["every_n_train_steps"] = save_steps
+    notes += loss_settings(settings, scenario)
     if steps is not None:
         notes.append(run_length(settings, scenario, steps))
     if checkpoints_kept is not None:
@@ -134,6 +143,48 @@ def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int, save_st
 
 
 HF_FILES = ("training_arguments", "llamafactory.yaml", AXOLOTL_FILE)  # the HF-format files (TrainingArguments names)
+
+
+LIGER_AXOLOTL = {"plugins": ["axolotl.integrations.liger.LigerPlugin"], "liger_fused_linear_cross_entropy": True}
+TORCHTUNE_LOSS = {  # the recipes' loss component per priced loss (torchtune 0.6.1 configs; recipes reshape for
+    Loss.chunked: "torchtune.modules.loss.CEWithChunkedOutputLoss",  # a plain loss on full logits)
+    Loss.standard: "torch.nn.CrossEntropyLoss",
+}
+
+
+def loss_settings(settings: dict[str, Any], scenario: Scenario) -> list[str]:
+    """Write the loss the plan's memory is priced with where the engine has a key for it; notes where it has none.
+
+    ``training.loss`` (``auto``: calibration memory.default_loss, hf standard, torchtune chunked, nemo standard):
+    - hf ``fused``, Liger's fused linear cross-entropy (the logits are never held whole): TrainingArguments
+      ``use_liger_kernel`` (transformers training_args.py), LLaMA-Factory ``enable_liger_kernel`` (hparams
+      model_args.py) and Axolotl's Liger plugin with ``liger_fused_linear_cross_entropy`` (integrations/liger);
+      each needs the liger-kernel package, and Liger patches the model types it knows (llama, mistral, mixtral,
+      qwen2/3, gemma, phi3 and more). hf ``chunked``: transformers has no chunked cross-entropy: a note.
+    - torchtune: ``loss._component_`` CEWithChunkedOutputLoss (chunked, its default) or torch CrossEntropyLoss
+      (standard); it has no fused linear cross-entropy in 0.6: a note.
+    - nemo: Megatron's vocabulary-parallel cross-entropy whatever is asked: a note for chunked or fused.
+    ``standard_16bit`` and ``standard_held`` describe other trainers' losses (reference runs): a note.
+    """
+    fw, loss = scenario.training.framework, scenario.training.loss
+    if loss is Loss.auto or loss is Loss.standard and fw is not Framework.torchtune:
+        return []
+    if fw is Framework.hf and loss is Loss.fused:
+        for key, values in (("training_arguments", {"use_liger_kernel": True}),
+                            ("llamafactory.yaml", {"enable_liger_kernel": True}), (AXOLOTL_FILE, LIGER_AXOLOTL)):
+            if isinstance(settings.get(key), dict):
+                settings[key].update(values)
+        return ["loss fused: Liger's fused linear cross-entropy (use_liger_kernel, enable_liger_kernel, Axolotl's "
+                "LigerPlugin) needs `pip install liger-kernel` and a model type Liger patches (llama, mistral, "
+                "mixtral, qwen2/3, gemma, phi3 and more); without it the full logits return"]  # fmt: skip
+    if fw is Framework.torchtune and loss in TORCHTUNE_LOSS:
+        settings["torchtune"]["loss"] = {"_component_": TORCHTUNE_LOSS[loss]}
+        return []
+    runs = {Framework.hf: "transformers' standard cross-entropy (fp32 logits)",
+            Framework.torchtune: "the recipe's chunked cross-entropy (CEWithChunkedOutputLoss)",
+            Framework.nemo: "Megatron's vocabulary-parallel cross-entropy"}[fw]
+    return [f"loss {loss.value}: priced as asked, but these files cannot ask {fw.value} for it and run {runs}; the "
+            "memory differs from the plan's"]  # fmt: skip
 
 
 def run_length(settings: dict[str, Any], scenario: Scenario, steps: int) -> str:

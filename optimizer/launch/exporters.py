@@ -62,8 +62,9 @@ class Exporter:
 
 HF = frozenset({Framework.hf})
 EXPORTERS: tuple[Exporter, ...] = (
-    Exporter("HF Trainer / TRL / PEFT", "hf_args", "TrainingArguments, TRL SFTConfig (packing, max_length), "
-             "from_pretrained (attention kernel, 4/8-bit loading), LoraConfig, `accelerate launch` command",
+    Exporter("HF Trainer / TRL / PEFT", "hf_args", "TrainingArguments (with Liger's fused loss, use_liger_kernel, "
+             "when the loss is fused), TRL SFTConfig (packing, max_length), from_pretrained (attention kernel, "
+             "4/8-bit loading), LoraConfig, `accelerate launch` command",
              "transformers 5.24 (oldest: 5.23, first with `activation_checkpointing`), accelerate 1.15, peft 0.21, "
              "trl 1.16", HF),  # fmt: skip
     Exporter("DeepSpeed", "ds_config", "ds_config.json (ZeRO stage, offload, batch sizes, precision, "
