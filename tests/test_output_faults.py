@@ -196,3 +196,79 @@ def test_svg_plots_are_byte_identical(tmp_path, run_cli):
     for name in ("a.svg", "b.svg"):
         assert run_cli("pareto", SCENARIO, "--plot", tmp_path / name).exit_code == 0
     assert (tmp_path / "a.svg").read_bytes() == (tmp_path / "b.svg").read_bytes()
+
+
+def _refuse(monkeypatch, name: str) -> None:
+    """Make staging the temporary of any target called ``name`` fail as a read-only folder would."""
+    real = atomic._temporary
+
+    def temporary(target, *args):
+        if Path(target).name == name:
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+        return real(target, *args)
+
+    monkeypatch.setattr(atomic, "_temporary", temporary)
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if p.name.startswith("."))
+
+
+def test_pareto_writes_every_output_or_none(run_cli, tmp_path, monkeypatch):
+    """A --html that cannot be written leaves the --csv and --plot of the same run unwritten (and the old CSV)."""
+    (tmp_path / "front.csv").write_text("previous\n")
+    args = ("pareto", SCENARIO, "--csv", tmp_path / "front.csv", "--plot", tmp_path / "front.svg",
+            "--html", tmp_path / "out" / "front.html")  # fmt: skip
+    _refuse(monkeypatch, "front.html")
+    line = _one_line(run_cli(*args), EXIT_OUTPUT, "front.html", "EACCES", "no output was written")
+    assert "front.csv" not in line
+    assert (tmp_path / "front.csv").read_text() == "previous\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["front.csv"]  # no plot, no out/ folder, no temporaries
+    monkeypatch.undo()
+    assert run_cli(*args).exit_code == 0
+    assert (tmp_path / "front.csv").read_text() != "previous\n"
+    assert (tmp_path / "front.svg").is_file() and (tmp_path / "out" / "front.html").is_file()
+
+
+def test_solve_writes_no_launch_files_when_its_html_fails(run_cli, tmp_path, monkeypatch):
+    (tmp_path / "taken").write_text("a file where the report's folder should be\n")
+    result = run_cli("solve", SCENARIO, "--launch-dir", tmp_path / "launch", "--html", tmp_path / "taken" / "r.html")
+    _one_line(result, EXIT_OUTPUT, "r.html")
+    assert not (tmp_path / "launch").exists() and result.stdout == ""
+    _refuse(monkeypatch, "r.html")
+    _one_line(run_cli("solve", SCENARIO, "--launch-dir", tmp_path / "launch" / "a", "--html", tmp_path / "r.html"),
+              EXIT_OUTPUT, "r.html", "EACCES")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # launch/a and launch/ removed again
+
+
+def test_a_failed_rename_puts_back_every_file_already_replaced(tmp_path, monkeypatch):
+    (tmp_path / "one").mkdir()
+    for name, text in (("a.txt", "old a\n"), ("stale.json", "old stale\n"), ("b.txt", "old b\n")):
+        (tmp_path / "one" / name).write_text(text)
+    outputs = [atomic.Output(tmp_path / "one", {"a.txt": "new a\n", "n.txt": "new n\n"}, ("stale.json",)),
+               atomic.Output.file(tmp_path / "two.html", "page\n")]  # fmt: skip
+    real = os.replace
+
+    def replace(src, dst):
+        if Path(dst).name == "two.html":
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    with pytest.raises(OutputError, match=r"two\.html: cannot be written: .*EIO.*no output was written"):
+        atomic.write_outputs_atomic(outputs)
+    assert {p.name: p.read_text() for p in (tmp_path / "one").iterdir()} == {
+        "a.txt": "old a\n", "stale.json": "old stale\n", "b.txt": "old b\n"}  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one"]
+    monkeypatch.undo()
+    atomic.write_outputs_atomic(outputs)
+    assert {p.name: p.read_text() for p in (tmp_path / "one").iterdir()} == {
+        "a.txt": "new a\n", "n.txt": "new n\n", "b.txt": "old b\n"}  # fmt: skip
+    assert (tmp_path / "two.html").read_text() == "page\n"
+
+
+def test_a_batch_whose_html_cannot_be_written_stops_before_solving(run_cli, tmp_path, monkeypatch):
+    _refuse(monkeypatch, "b.html")
+    out = tmp_path / "rows.jsonl"
+    _one_line(run_cli("batch", SCENARIO, "-o", out, "--html", tmp_path / "new" / "b.html"), EXIT_OUTPUT, "b.html")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no rows, no folder, no temporaries

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -19,7 +20,7 @@ from rich.console import Console
 from optimizer.cli.catalog_import import import_group
 from optimizer.cli.measure import calibrate_command, probe_command
 from optimizer.cli.portfolio import portfolio as portfolio_command
-from optimizer.inputs.atomic import write_folder_atomic
+from optimizer.inputs.atomic import Output, check_writable, write_outputs_atomic
 from optimizer.inputs.catalog import builtin_offer_names, load_catalog
 from optimizer.inputs.errors import (
     EXIT_BAD_INPUT,
@@ -48,7 +49,8 @@ Exit status:
        plan, batch --strict with an error or infeasible row, calibrate with no usable measurement
   {EXIT_BAD_INPUT}    bad input: the one-line error names the file, the field and what is allowed
   {EXIT_OUTPUT}    an output file could not be written (not a regular file, read-only folder, full disk, size
-       limit, another batch writing it): one line; the previous file is kept
+       limit, another batch writing it): one line; the previous file is kept, and a command
+       with several outputs writes none of them
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); batch keeps every finished row
   {EXIT_TERMINATED}  batch ended by SIGTERM: every finished row kept and the summary printed, as for Ctrl-C
 """
@@ -159,10 +161,12 @@ def solve(scenario: str, objective: str | None, budget: float | None, deadline_h
     """Find the optimal plan for SCENARIO (proven by CP-SAT); exit 1 when it has none."""
     ov = overrides(objective, budget, deadline_hours, catalogs, added, calibration)
     result = solve_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit), top_k=top_k)
+    outputs = []
     if launch_dir and result.launch:
-        write_folder_atomic(launch_dir, report.launch_files(result.launch), exporters.file_names())
+        outputs.append(Output(Path(launch_dir), report.launch_files(result.launch), tuple(exporters.file_names())))
     if html_path:
-        report_html.write_page(html_path, report_html.solve_page(result))
+        outputs.append(Output.file(html_path, report_html.solve_page(result)))
+    write_outputs_atomic(outputs)  # all or none: a failed --html leaves no new launch files behind
     if as_json:
         click.echo(report.dumps(report.solve_json(result)), nl=False)
     else:
@@ -194,7 +198,7 @@ def estimate(scenario: str, catalogs: tuple[str, ...], added: tuple[str, ...], c
     """Evaluate one configuration of SCENARIO: memory breakdown, fit, time and cost; exit 1 when it does not fit."""
     est = estimate_scenario(scenario, pins, overrides(catalogs=catalogs, added=added, calibration=calibration))
     if html_path:
-        report_html.write_page(html_path, report_html.estimate_page(est, scenario))
+        write_outputs_atomic([Output.file(html_path, report_html.estimate_page(est, scenario))])
     if as_json:
         click.echo(report.dumps(report.estimate_json(est)), nl=False)
     else:
@@ -236,12 +240,14 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
 
     ov = overrides(None, budget, deadline_hours, catalogs, added, calibration)
     result = pareto_scenario(scenario, ov, SolverSettings(time_limit_s=time_limit))
+    outputs = []
     if plot_path:
-        report_front.plot_front(result, plot_path)
+        outputs.append(Output.file(plot_path, report_front.plot_front(result, plot_path)))
     if csv_path:
-        report.write_atomic(csv_path, report_front.pareto_csv(result))
+        outputs.append(Output.file(csv_path, report_front.pareto_csv(result)))
     if html_path:
-        report_html.write_page(html_path, report_html.pareto_page(result))
+        outputs.append(Output.file(html_path, report_html.pareto_page(result)))
+    write_outputs_atomic(outputs)  # all or none
     if as_json:
         click.echo(report.dumps(report_front.pareto_json(result)), nl=False)
     else:
@@ -268,6 +274,8 @@ def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, b
     paths = expand(scenarios)
     if output:
         output_format(output)
+    if html_path:
+        check_writable(html_path)  # before the batch: the page is written after its last row
     err = Console(stderr=True)
     summary: BatchSummary | None = None
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from optimizer.inputs.atomic import Output, write_outputs_atomic
 from optimizer.inputs.errors import EXIT_BAD_INPUT, EXIT_NO_PLAN
 from optimizer.portfolio.plan import PortfolioResult, plan_portfolio
 from optimizer.portfolio.schedule import Settings
@@ -47,10 +48,12 @@ def portfolio(file: str, as_json: bool, plot_path: str | None, time_limit: float
     Exit 1 when some job occurrence has no plan (status infeasible).
     """
     result = plan_portfolio(file, Settings(time_limit_s=time_limit))
+    outputs = []
     if plot_path:
-        report_portfolio.plot_schedule(result, plot_path)
+        outputs.append(Output.file(plot_path, report_portfolio.plot_schedule(result, plot_path)))
     if html_path:
-        report_html.write_page(html_path, report_html.portfolio_page(result, file))
+        outputs.append(Output.file(html_path, report_html.portfolio_page(result, file)))
+    write_outputs_atomic(outputs)  # all or none
     if as_json:
         click.echo(report.dumps(report_portfolio.portfolio_json(result)), nl=False)
     else:

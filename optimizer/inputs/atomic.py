@@ -9,7 +9,9 @@ Rules every writer follows (README.md "Exit status"):
   previous file is left exactly as it was;
 - a replaced file keeps its permission bits (a 0600 file stays 0600); a new one gets the mode a plain
   ``open(path, "w")`` would give it (0666 less the umask). Data is fsynced before the rename, so a full disk is
-  reported rather than leaving a truncated file behind.
+  reported rather than leaving a truncated file behind;
+- a command with several outputs (``solve --launch-dir --html``, ``pareto --csv --plot --html``) writes them with
+  one :func:`write_outputs_atomic` call: all of them or none, the error naming the output that failed.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from __future__ import annotations
 import errno
 import os
 import re
+import secrets
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -78,7 +82,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
 
     See the module docstring for the rules; raises OutputError on any failure.
     """
-    write_folder_atomic(Path(path).parent, {Path(path).name: data}, error_path=str(path))
+    write_outputs_atomic([Output.file(path, data)])
 
 
 def write_folder_atomic(folder: str | Path, files: dict[str, str | bytes], owned: Iterable[str] = (),
@@ -91,28 +95,158 @@ def write_folder_atomic(folder: str | Path, files: dict[str, str | bytes], owned
     new set does not write are removed, so the folder never mixes two plans. Other files in the folder are kept.
     ``error_path`` is the path an error names (default: the folder).
     """
-    base = Path(folder)
-    targets = {name: base / name for name in files}
-    modes = {name: check_target(target) for name, target in targets.items()}
-    stale = [base / name for name in owned if name not in files]
-    for target in stale:
-        check_target(target)
-    temps: list[str] = []
+    write_outputs_atomic([Output(Path(folder), files, tuple(owned), error_path)])
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output of a command: ``files`` (name -> data) written into ``folder``.
+
+    The ``owned`` names not among ``files`` are removed (see :func:`write_folder_atomic`); an error names
+    ``error_path`` (default: the folder).
+    """
+
+    folder: Path
+    files: dict[str, str | bytes]
+    owned: tuple[str, ...] = ()
+    error_path: str | None = None
+
+    @classmethod
+    def file(cls, path: str | Path, data: str | bytes) -> Output:
+        """The single file ``path``."""
+        return cls(Path(path).parent, {Path(path).name: data}, error_path=str(path))
+
+    @property
+    def label(self) -> str:
+        """The path an error about this output names."""
+        return self.error_path or str(self.folder)
+
+
+def _make_folder(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; the ones created, deepest first (to remove them again)."""
+    missing: list[Path] = []
+    probe = folder
+    while not os.path.lexists(probe) and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def _set_aside(target: Path) -> str | None:
+    """A hard link to the existing ``target`` beside it (to put it back), None where the file system has none."""
+    name = str(target.parent / f".{target.name[:200]}.{secrets.token_hex(6)}.old")
     try:
-        base.mkdir(parents=True, exist_ok=True)
-        written = {name: _temporary(targets[name], data, modes[name], temps) for name, data in files.items()}
-        for name, tmp in written.items():
-            check_target(targets[name])  # still not a device (a path swapped in meanwhile)
-            os.replace(tmp, targets[name])
-            temps.remove(tmp)
+        os.link(target, name, follow_symlinks=False)
+    except OSError:
+        return None
+    return name
+
+
+def write_outputs_atomic(outputs: Sequence[Output]) -> None:
+    """Write every one of ``outputs`` or none of them (the files of a command with several outputs).
+
+    Every target is checked first (no device, no directory); then every file's bytes are written to a temporary
+    beside its target (fsynced), and only when all of them are written are they renamed into place, the outputs in
+    the order given. A failure while staging removes the temporaries and any folder created for them, so nothing
+    changes; a failure while renaming (rare: the folder changed meanwhile) puts back the files already replaced
+    (each was hard-linked aside first) and removes the new ones. Either way the error is one OutputError naming the
+    output that failed (exit status 3), and no other output is written.
+    """
+    plans = []
+    for out in outputs:
+        base, files, owned = out.folder, out.files, out.owned
+        targets = {name: base / name for name in files}
+        modes = {name: check_target(target) for name, target in targets.items()}
+        stale = [base / name for name in owned if name not in files]
         for target in stale:
-            target.unlink(missing_ok=True)
-    except OSError as exc:
-        what = "any previous file is unchanged" if error_path else "the folder's previous files are unchanged"
-        raise OutputError(error_path or str(base), f"cannot be written: {_why(exc)}; {what}") from None
+            check_target(target)
+        plans.append((out, targets, modes, stale))
+    temps: list[str] = []
+    created: list[Path] = []
+    done: list[tuple[Path, str | None, bool]] = []  # (target, its previous file set aside, whether it existed)
+    current = outputs[0] if outputs else None
+    try:
+        staged = []
+        for out, targets, modes, _ in plans:
+            current = out
+            created += _make_folder(out.folder)
+            staged.append({name: _temporary(targets[name], data, modes[name], temps)
+                           for name, data in out.files.items()})  # fmt: skip
+        for (out, targets, _, stale), written in zip(plans, staged, strict=True):
+            current = out
+            for name, tmp in written.items():
+                check_target(targets[name])  # still not a device (a path swapped in meanwhile)
+                existed = os.path.lexists(targets[name])
+                backup = _set_aside(targets[name]) if existed else None
+                if backup:
+                    temps.append(backup)
+                os.replace(tmp, targets[name])
+                temps.remove(tmp)
+                done.append((targets[name], backup, existed))
+            for target in stale:
+                if os.path.lexists(target):
+                    aside = str(target.parent / f".{target.name[:200]}.{secrets.token_hex(6)}.old")
+                    os.replace(target, aside)
+                    temps.append(aside)
+                    done.append((target, aside, True))
+    except (OSError, OutputError) as exc:
+        _roll_back(done, temps, created)
+        if isinstance(exc, OutputError):
+            raise
+        assert current is not None
+        if len(outputs) > 1:
+            what = "no output was written and previous files are unchanged"
+        elif current.error_path:
+            what = "any previous file is unchanged"
+        else:
+            what = "the folder's previous files are unchanged"
+        raise OutputError(current.label, f"cannot be written: {_why(exc)}; {what}") from None
     finally:
         for tmp in temps:
             Path(tmp).unlink(missing_ok=True)
+
+
+def _roll_back(done: list[tuple[Path, str | None, bool]], temps: list[str], created: list[Path]) -> None:
+    """Undo the renames in ``done`` (latest first), remove the ``temps`` left and the folders ``created``.
+
+    Best effort: an error here would hide the one being reported.
+    """
+    for target, aside, existed in reversed(done):
+        try:
+            if aside is not None:
+                os.replace(aside, target)
+            elif not existed:
+                target.unlink(missing_ok=True)
+        except OSError:
+            pass
+    for tmp in temps:
+        Path(tmp).unlink(missing_ok=True)
+    temps.clear()
+    for folder in sorted(created, key=lambda p: len(p.parts), reverse=True):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
+def check_writable(path: str | Path) -> None:
+    """OutputError now when the file ``path`` could not be written later (for an output written after a long run).
+
+    The target must be a regular file or absent (:func:`check_target`), and its folder must take a new file: an
+    empty temporary is created there and removed again, with any folder made for it.
+    """
+    target = Path(path)
+    check_target(target)
+    temps: list[str] = []
+    created: list[Path] = []
+    try:
+        created = _make_folder(target.parent)
+        _temporary(target, b"", None, temps)
+    except OSError as exc:
+        raise OutputError(str(path), f"cannot be written: {_why(exc)}") from None
+    finally:
+        _roll_back([], temps, created)
 
 
 def open_append(path: str | Path) -> IO[str]:

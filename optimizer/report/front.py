@@ -10,7 +10,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from optimizer.inputs.atomic import write_atomic
 from optimizer.inputs.errors import InputError
 from optimizer.inputs.terminal import escape
 from optimizer.report.plan import GIB, alternatives_json, estimate_json
@@ -200,19 +199,24 @@ def _axes(ax: Any, result: ParetoResult) -> None:
     ax.margins(x=0.1, y=0.12)
 
 
-def plot_front(result: ParetoResult, path: str | Path) -> None:
-    """Draw the front (hours versus cost) to a PNG or SVG file.
+def plot_front(result: ParetoResult, path: str | Path) -> bytes:
+    """The front (hours versus cost) drawn as the PNG or SVG bytes of the file ``path`` (its suffix picks which).
 
     Points are labelled GPU x cards where a label fits without overlapping (the others are counted in the
     legend; ``--csv`` lists every point), the chosen plan is ringed in red, a budget or deadline near the front is
     a dashed line, and the legend sits below the axes, never over the data. Needs matplotlib (``pip install
     'ftopt[plot]'``); the figure is drawn with the Agg canvas (no display, no pyplot state), so it works in
-    workers and on servers.
+    workers and on servers. The caller writes the bytes (with the command's other outputs, all or none).
     """
+    return figure_bytes(front_figure(result), plot_format(path))
+
+
+def plot_format(path: str | Path) -> str:
+    """``png`` or ``svg`` from the suffix of a ``--plot`` file; InputError (exit 2) for any other."""
     fmt = Path(path).suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
         raise InputError(str(path), "--plot", f"unknown plot format '{fmt or path}'; use a .png or .svg file")
-    write_atomic(path, figure_bytes(front_figure(result), fmt))
+    return fmt
 
 
 def figure_bytes(fig: Any, fmt: str) -> bytes:

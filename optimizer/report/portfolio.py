@@ -8,7 +8,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from optimizer.inputs.atomic import write_atomic
 from optimizer.inputs.errors import InputError
 from optimizer.inputs.terminal import escape
 from optimizer.portfolio.plan import PortfolioResult
@@ -98,14 +97,16 @@ def print_portfolio(result: PortfolioResult, console: Console) -> None:
         console.print(f"Buying {b['gpu']} pays above {text}")
 
 
-def plot_schedule(result: PortfolioResult, path: str | Path) -> None:
-    """Gantt chart to PNG or SVG: one lane per owned/bought pool and per rental, bars per job occurrence.
+def plot_schedule(result: PortfolioResult, path: str | Path) -> bytes:
+    """The Gantt chart as the PNG or SVG bytes of the file ``path`` (its suffix picks which).
 
-    Needs matplotlib (``pip install 'ftopt[plot]'``); drawn on the Agg canvas (no display, no pyplot state).
+    One lane per owned/bought pool and per rental, bars per job occurrence. Needs matplotlib (``pip install
+    'ftopt[plot]'``); drawn on the Agg canvas (no display, no pyplot state). The caller
+    writes the bytes (with the command's other outputs, all or none).
     """
-    fmt = Path(path).suffix.lower().lstrip(".")
-    if fmt not in ("png", "svg"):
-        raise InputError(str(path), "--plot", f"unknown plot format '{fmt or path}'; use a .png or .svg file")
+    from optimizer.report.front import figure_bytes, plot_format
+
+    fmt = plot_format(path)
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -142,6 +143,4 @@ def plot_schedule(result: PortfolioResult, path: str | Path) -> None:
                  else f"{result.name}: {result.status}")  # fmt: skip
     ax.invert_yaxis()
     fig.tight_layout()
-    from optimizer.report.front import figure_bytes
-
-    write_atomic(path, figure_bytes(fig, fmt))
+    return figure_bytes(fig, fmt)
