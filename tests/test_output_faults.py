@@ -267,6 +267,27 @@ def test_a_failed_rename_puts_back_every_file_already_replaced(tmp_path, monkeyp
     assert (tmp_path / "two.html").read_text() == "page\n"
 
 
+@pytest.mark.parametrize("option", ["--html", "--csv", "--plot"])
+def test_a_directory_named_as_an_output_file_is_exit_3(run_cli, tmp_path, option):
+    """README "Exit status": a target that is not a regular file is an output that cannot be written (3), not bad
+    input (click's dir_okay=False would make it 2)."""
+    (tmp_path / "x.svg").mkdir()
+    _one_line(run_cli("pareto", SCENARIO, option, tmp_path / "x.svg"), EXIT_OUTPUT, "x.svg", "is a directory")
+
+
+def test_every_file_output_refuses_a_directory_with_exit_3(run_cli, tmp_path):
+    (tmp_path / "r.jsonl").mkdir()
+    (tmp_path / "f").write_text("")
+    _one_line(run_cli("solve", SCENARIO, "--html", tmp_path), EXIT_OUTPUT, "is a directory")
+    _one_line(run_cli("estimate", SCENARIO, "--gpu", "RTX-4090", "--cards", "1", "--micro-batch", "1",
+                      "--html", tmp_path), EXIT_OUTPUT, "is a directory")  # fmt: skip
+    _one_line(run_cli("batch", SCENARIO, "-o", tmp_path / "r.jsonl"), EXIT_OUTPUT, "r.jsonl", "is a directory")
+    _one_line(run_cli("solve", SCENARIO, "--launch-dir", tmp_path / "f"), EXIT_OUTPUT, "f")
+    _one_line(run_cli("probe", SCENARIO, "--out", tmp_path / "f"), EXIT_OUTPUT, "f")
+    _one_line(run_cli("portfolio", REPO / "portfolios/team-q1.yaml", "--html", tmp_path, "--time-limit", "5"),
+              EXIT_OUTPUT, "is a directory")  # fmt: skip
+
+
 def test_a_batch_whose_html_cannot_be_written_stops_before_solving(run_cli, tmp_path, monkeypatch):
     _refuse(monkeypatch, "b.html")
     out = tmp_path / "rows.jsonl"

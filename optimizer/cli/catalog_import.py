@@ -26,7 +26,7 @@ def import_group() -> None:
 @click.option("--cloud", help="aws, gcp, lambda, runpod, vast (default: the file name).")
 @click.option("--cheapest-region", is_flag=True, help="Keep the cheapest region of each instance type.")
 @click.option("--as-of", "as_of", type=click.DateTime(formats=["%Y-%m-%d"]), help="Date of the rows (default today).")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Offers YAML file to write.")
+@click.option("-o", "--output", required=True, type=click.Path(), help="Offers YAML file to write.")
 def skypilot(csv_files: tuple[str, ...], cloud: str | None, cheapest_region: bool, as_of: datetime.datetime | None,
              output: str) -> None:  # fmt: skip
     """Offers from SkyPilot vms.csv files of one cloud: whole instances, host RAM, spot; suspect rows skipped."""

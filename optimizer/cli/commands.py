@@ -48,8 +48,8 @@ Exit status:
   {EXIT_NO_PLAN}    answered without a plan: infeasible scenario, estimate DOES NOT FIT, a portfolio job without a
        plan, batch --strict with an error or infeasible row, calibrate with no usable measurement
   {EXIT_BAD_INPUT}    bad input: the one-line error names the file, the field and what is allowed
-  {EXIT_OUTPUT}    an output file could not be written (not a regular file, read-only folder, full disk, size
-       limit, another batch writing it): one line; the previous file is kept, and a command
+  {EXIT_OUTPUT}    an output file could not be written (not a regular file, a directory, read-only folder, full
+       disk, size limit, another batch writing it): one line; the previous file is kept, and a command
        with several outputs writes none of them
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); batch keeps every finished row
   {EXIT_TERMINATED}  batch ended by SIGTERM: every finished row kept and the summary printed, as for Ctrl-C
@@ -86,7 +86,7 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def html_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--html``: also write one self-contained page (optimizer/report/html) to FILE."""
-    return click.option("--html", "html_path", type=click.Path(dir_okay=False),
+    return click.option("--html", "html_path", type=click.Path(),
                         help="Also write a self-contained HTML report to this file.")(f)  # fmt: skip
 
 
@@ -149,7 +149,7 @@ def cli() -> None:
 @click.option("--top", "top_k", type=click.IntRange(1, 100), default=1, help="Also list the next best plans.")
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0,
               help="Time limit for the whole answer, building the candidates and CP-SAT (s).")
-@click.option("--launch-dir", type=click.Path(file_okay=False), help=exporters.launch_dir_help())
+@click.option("--launch-dir", type=click.Path(), help=exporters.launch_dir_help())
 @catalog_option
 @add_catalog_option
 @calibration_option
@@ -224,8 +224,8 @@ Examples:
 @click.argument("scenario", type=click.Path())
 @click.option("--budget", type=float, help="Budget amount in the scenario's budget currency.")
 @click.option("--deadline-hours", type=float, help="Wall-clock limit in hours.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw the front to a .png or .svg file.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the front as CSV to this file.")
+@click.option("--plot", "plot_path", type=click.Path(), help="Draw the front to a .png or .svg file.")
+@click.option("--csv", "csv_path", type=click.Path(), help="Write the front as CSV to this file.")
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=10.0, help="CP-SAT limit per stage (s).")
 @catalog_option
 @add_catalog_option
@@ -257,7 +257,7 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
 
 @cli.command(epilog=BATCH_EXAMPLES)
 @click.argument("scenarios", nargs=-1, required=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Results .jsonl or .csv (resumes if present).")
+@click.option("-o", "--output", type=click.Path(), help="Results .jsonl or .csv (resumes if present).")
 @click.option("--workers", type=click.IntRange(1, 4096), help="Processes (default: the cores available).")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", help="Process pool or Ray.")
 @click.option("--address", help="Ray cluster address (default: start a local Ray).")

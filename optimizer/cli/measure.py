@@ -28,7 +28,7 @@ Examples:
 
 @click.command("calibrate", epilog=CALIBRATE_EXAMPLES)
 @click.argument("measurements", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the calibration overlay here.")
+@click.option("-o", "--output", type=click.Path(), help="Write the calibration overlay here.")
 @click.option("--scenario", type=click.Path(), help="The scenario (pinned plan) that produced imported logs.")
 @click.option("--prior-weight", type=click.FloatRange(0, 1000, min_open=True), default=DEFAULT_PRIOR_WEIGHT,
               show_default=True, help="Shrinkage: the shipped model counts as this many measurements.")
@@ -55,7 +55,7 @@ def calibrate_command(measurements: tuple[str, ...], output: str | None, scenari
 
 @click.command("probe", epilog=PROBE_EXAMPLES)
 @click.argument("scenario", type=click.Path())
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for probe.py.")
+@click.option("--out", "out_dir", required=True, type=click.Path(), help="Folder for probe.py.")
 @click.option("--steps", type=click.IntRange(1, 10_000), default=DEFAULT_STEPS, show_default=True,
               help="Measured steps.")
 @click.option("--warmup", type=click.IntRange(0, 10_000), default=DEFAULT_WARMUP, show_default=True,

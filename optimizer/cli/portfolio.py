@@ -39,9 +39,9 @@ def portfolio_exit(result: PortfolioResult) -> int:
 @click.command("portfolio", epilog=PORTFOLIO_EXAMPLES)
 @click.argument("file", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (docs/portfolio.md).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw the schedule to a .png or .svg.")
+@click.option("--plot", "plot_path", type=click.Path(), help="Draw the schedule to a .png or .svg.")
 @click.option("--time-limit", type=click.FloatRange(0.001, 3600), default=60.0, help="CP-SAT time limit (s).")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Also write a self-contained HTML report.")
+@click.option("--html", "html_path", type=click.Path(), help="Also write a self-contained HTML report.")
 def portfolio(file: str, as_json: bool, plot_path: str | None, time_limit: float, html_path: str | None) -> None:
     """Schedule every job of a portfolio FILE at least cost: when, on what, bought or rented (CP-SAT).
 
