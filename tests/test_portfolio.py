@@ -7,6 +7,7 @@ LoRA builder scenario, so that every figure the tests check can be recomputed fr
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -247,7 +248,12 @@ def test_an_occurrence_that_fits_nowhere_in_its_window_makes_the_portfolio_infea
     res = run_cli("portfolio", write_portfolio(folder, jobs=jobs), "--json")
     doc = json.loads(res.stdout)
     assert (res.exit_code, doc["status"], doc["jobs"]) == (1, "infeasible", [])  # an answer without a plan: exit 1
-    assert doc["message"].startswith("rushed#0: no plan fits in memory and finishes inside its window")
+    # the window binds, not memory: the message leads with it and the fastest plan's hours (as solve's deadline does)
+    assert doc["message"].startswith("rushed#0: window too short: the fastest plan takes "), doc["message"]
+    fastest, window = re.search(r"takes ([\d.,]+) h .* release to due is ([\d.,]+) h", doc["message"]).groups()
+    assert (float(window), "memory" in doc["message"]) == (0.02, False) and float(fastest) > float(window)
+    text = run_cli("portfolio", folder / "portfolio.yaml").stdout
+    assert "Cost: no plan\n" in text and "Cost: -" not in text  # no dashes for a cost that does not exist
 
 
 @pytest.mark.parametrize("as_json", [False, True])

@@ -353,6 +353,42 @@ def _utilisation(pf: Portfolio, problem: Problem, sched: Schedule) -> list[dict[
     return out
 
 
+def _run_place(problem: Problem, run: Run) -> str:
+    """Where a run runs, in words: ``lambda-gpu_8x_h100 x8`` or ``owned RTX-4090 x1``."""
+    if run.kind == "rent":
+        return f"{problem.rentals[run.where].offer} x{run.cards}"
+    pool = problem.pools[run.where]
+    return f"{'owned' if pool.owned else 'bought'} {pool.gpu} x{run.cards}"
+
+
+def infeasible_why(problem: Problem, spaces: list[JobSpace], labels: list[str]) -> str:
+    """Why an infeasible portfolio has no schedule, leading with the limit that binds.
+
+    The first occurrence without a run names it. When its job has plans but every one takes longer than the
+    occurrence's window, the window binds: the message leads with the window's hours and the fastest plan's (as
+    ``ftopt solve`` leads with "deadline too short"). When the job has no plan at all, memory binds (a plan that
+    fits its cards and its nodes' host RAM); the host-RAM shortfall is added in either case when the space has one.
+    With a run for every occurrence, the owned and buyable cards cannot carry what only they can run.
+    """
+    j = next((j for j, occ in enumerate(problem.occurrences) if not occ.runs), None)
+    if j is None:
+        return "the owned and buyable cards cannot carry the jobs that only they can run inside their windows"
+    occ = problem.occurrences[j]
+    runs = spaces[occ.job].runs
+    if runs:
+        fastest = min(runs, key=lambda r: (r.duration, r.hours))
+        window_h = max(occ.due - occ.release, 0) * problem.grid_s / 3600.0
+        why = (f"{labels[j]}: window too short: the fastest plan takes {fastest.hours:,.2f} h "
+               f"({_run_place(problem, fastest)}) and the window from release to due is {window_h:,.2f} h")
+    else:
+        why = f"{labels[j]}: no plan fits in memory"
+    short = spaces[occ.job].space.ram_short
+    if short is not None:
+        why += (f"; configurations that fit their cards need more host RAM than their nodes have: "
+                f"{short[0] / 2**30:,.0f} GiB per node on {short[1]}, whose node has {short[2] / 2**30:,.0f} GiB")
+    return why
+
+
 def plan_portfolio(path: str | Path, settings: Settings = DEFAULT_SETTINGS, grid_s: int = 1) -> PortfolioResult:
     """Solve a portfolio file: the cheapest schedule of every job occurrence, with purchases and rentals."""
     pf, catalog, problem, spaces, labels = build_problem(path, grid_s)
@@ -361,16 +397,7 @@ def plan_portfolio(path: str | Path, settings: Settings = DEFAULT_SETTINGS, grid
     empty = next((labels[j] for j, occ in enumerate(problem.occurrences) if not occ.runs), None)
     sched = solve(problem, settings) if empty is None else Schedule(Status.infeasible)
     if sched.status is Status.infeasible:
-        why = (
-            f"{empty}: no plan fits in memory and finishes inside its window"
-            if empty
-            else "the owned and buyable cards cannot carry the jobs that only they can run inside their windows"
-        )
-        occ = next((o for o in problem.occurrences if not o.runs), None)
-        short = spaces[occ.job].space.ram_short if occ is not None else None
-        if short is not None:
-            why += (f" (configurations that fit their cards need more host RAM than their nodes have: "
-                    f"{short[0] / 2**30:,.0f} GiB per node on {short[1]}, whose node has {short[2] / 2**30:,.0f} GiB)")
+        why = infeasible_why(problem, spaces, labels)
         return PortfolioResult(pf.name, pf.currency, pf.horizon_days, "infeasible", None,
                                {"total": None, "currency": pf.currency, "rent": None, "capital": None, "power": None},
                                [], [], [], [], be, why)  # fmt: skip

@@ -72,15 +72,21 @@ def _rentals_table(result: PortfolioResult) -> Table:
 
 
 def print_portfolio(result: PortfolioResult, console: Console) -> None:
-    """Status and bound, cost by kind, purchases, occurrences, rentals, utilisation and break-even."""
+    """Status and bound, cost by kind, purchases, occurrences, rentals, utilisation and break-even.
+
+    An infeasible portfolio prints its message and ``Cost: no plan`` (no dashes for a cost that does not exist).
+    """
     c = result.cost
     cur = result.currency
     bound = f" (proven lower bound {result.bound:,.2f} {cur})" if result.bound is not None else ""
     console.print(f"[bold]{escape(result.name)}[/]: {result.status}{bound}")
     if result.message:
         console.print(escape(result.message))
-    console.print(f"Cost: {_money(c['total'], cur)} = rent {_money(c['rent'], cur)} + capital "
-                  f"{_money(c['capital'], cur)} + power {_money(c['power'], cur)}")  # fmt: skip
+    if c["total"] is None:  # no schedule: there is no cost to break down
+        console.print("Cost: no plan")
+    else:
+        console.print(f"Cost: {_money(c['total'], cur)} = rent {_money(c['rent'], cur)} + capital "
+                      f"{_money(c['capital'], cur)} + power {_money(c['power'], cur)}")  # fmt: skip
     for p in result.purchases:
         console.print(f"Buy {p['cards']} x {p['gpu']} for {p['price']:,.2f} {cur}")
     if result.jobs:
