@@ -5,6 +5,7 @@ The browser checks (console errors, network requests, hover, screenshots) are th
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from html.parser import HTMLParser
@@ -201,10 +202,13 @@ def test_portfolio_page_draws_rows_per_card_and_instance_windows_in_days_and_the
     page = Page(text)
     assert page.sections() == ["schedule", "portfolio-cost", "break-even"]
     _self_contained(text)
-    # team-q1.yaml: exp-14b-a is released on day 5 and due on day 25; the axis runs 0-90 days over 230-960 px
+    # team-q1.yaml: exp-14b-a is released on day 5 and due on day 25; the axis runs 0-90 days over 730 px from the
+    # label margin (the lane labels end 8 px left of it)
+    left = float(page.find("text", cls="lane")[0]["x"]) + 8
     tip = next(a for a in page.find("rect", cls="window") if a["data-tip"].startswith("exp-14b-a #0"))
     x0, width = float(tip["x"]), float(tip["width"])
-    assert (x0, x0 + width) == (pytest.approx(230 + 5 / 90 * 730, abs=0.1), pytest.approx(230 + 25 / 90 * 730, abs=0.1))
+    assert (x0, x0 + width) == (pytest.approx(left + 5 / 90 * 730, abs=0.1),
+                                pytest.approx(left + 25 / 90 * 730, abs=0.1))  # fmt: skip
     owned = sum(u["cards"] for u in portfolio_result.utilisation if u["where"] == "owned")
     assert text.count(">owned RTX-4090 card ") == owned
     assert text.count(">rented ") == len(portfolio_result.rentals)
@@ -304,3 +308,35 @@ def test_bought_cards_get_their_own_rows_with_the_purchase_on_day_0():
     assert rows == ["owned RTX-4090 card 1", "bought RTX-4090 card 1", "bought RTX-4090 card 2"]
     assert [(b.row, b.start, b.cls) for b in bars] == [(1, 0.0, "purchase"), (2, 0.0, "purchase")]
     assert "32,000.00 CNY" in bars[0].text
+
+
+def _lane_labels(svg: str) -> list[tuple[float, str, str]]:
+    """(x, shown text, <title> text or "") of every lane label of a Gantt SVG."""
+    out = []
+    for x, title, shown in re.findall(r'<text class="lane" x="([\d.]+)"[^>]*>(?:<title>([^<]*)</title>)?([^<]*)</text>',
+                                      svg):
+        out.append((float(x), html.unescape(shown), html.unescape(title)))
+    return out
+
+
+def test_gantt_row_labels_start_inside_the_chart(portfolio_result):
+    """No row label is clipped at the left edge: at the lane font size (text_width's generous estimate) each one
+    starts at x >= 0, on the shipped portfolio (44-character rental labels) and on long and CJK names."""
+    from optimizer.report.html import portfolio_page
+    from optimizer.report.html.html_svg import LANE_FONT_PX, MAX_LANE_LABEL_PX, Bar, gantt, text_width
+
+    text = portfolio_page(portfolio_result, str(REPO / "portfolios" / "team-q1.yaml"))
+    labels = _lane_labels(text)
+    assert any(s.startswith("rented lambda-gpu_8x_h100_sxm5-us-east-1") for _, s, _ in labels)
+    assert all(x - text_width(s, LANE_FONT_PX) >= 0 and not t for x, s, t in labels)
+    cjk = "rented 算家云-4090-华东 x8"
+    long = "rented " + "very-long-offer-name-" * 6 + " x8"
+    svg = gantt(["owned RTX-4090 card 1", cjk, long], [Bar(0, 0.0, 1.0, "job owned", "a")], 10.0, "schedule")
+    labels = _lane_labels(svg)
+    assert [s for _, s, _ in labels][:2] == ["owned RTX-4090 card 1", cjk]
+    x, shown, title = labels[2]
+    assert shown.endswith("…") and long.startswith(shown[:-1]) and title == long  # cut, whole text in <title>
+    assert text_width(shown, LANE_FONT_PX) <= MAX_LANE_LABEL_PX
+    assert all(x - text_width(s, LANE_FONT_PX) >= 0 for x, s, _ in labels)
+    width = float(re.search(r'viewBox="0 0 ([\d.]+) ', svg).group(1))
+    assert max(x for x, _, _ in labels) + 8 + 730 + 20 == width  # the day axis keeps its 730 px

@@ -8,6 +8,7 @@ focus (page.js).
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -210,17 +211,50 @@ class Bar:
     label: str = ""
 
 
+LANE_FONT_PX = 11  # ``svg .lane`` in style.css
+MAX_LANE_LABEL_PX = 360.0  # a longer row label is cut with an ellipsis (the whole of it in its <title>)
+
+
+def text_width(text: str, font_px: float) -> float:
+    """A generous estimate of ``text``'s rendered width in pixels, with no font metrics at hand.
+
+    0.62 em per character (a sans-serif's widest common glyphs average less), 1 em per East Asian wide or
+    full-width one (CJK ideographs), so a label placed by it is not clipped in the fonts style.css names.
+    """
+    return sum(1.0 if unicodedata.east_asian_width(c) in "WF" else 0.62 for c in text) * font_px
+
+
+def fit_text(text: str, max_px: float, font_px: float) -> str:
+    """``text`` itself when its :func:`text_width` is at most ``max_px``, else its longest prefix that fits with "…"."""
+    if text_width(text, font_px) <= max_px:
+        return text
+    cut = text
+    while cut and text_width(cut + "…", font_px) > max_px:
+        cut = cut[:-1]
+    return cut + "…"
+
+
 def gantt(rows: Sequence[str], bars: Sequence[Bar], horizon_days: float, label: str) -> str:
-    """One lane per row (label left), bars and windows on a day axis from 0 to the horizon."""
-    lane, left, right, top = 30, 230, 960, 10
+    """One lane per row (label left), bars and windows on a day axis from 0 to the horizon.
+
+    The label margin is sized from the longest row label (:func:`text_width` at the lane font size), at least 120 and
+    at most MAX_LANE_LABEL_PX pixels; a label longer than that is cut with an ellipsis and keeps its whole text in a
+    ``<title>`` (the browser's tooltip). The day axis is always 730 pixels wide, so no label starts left of x = 0.
+    """
+    shown = [fit_text(name, MAX_LANE_LABEL_PX, LANE_FONT_PX) for name in rows]
+    widest = max((text_width(name, LANE_FONT_PX) for name in shown), default=0.0)
+    lane, top = 30, 10
+    left = math.ceil(max(widest, 120.0)) + 14  # the label ends 8 px left of the axis, 6 px spare at the edge
+    right = left + 730
     height = top + lane * max(len(rows), 1) + 44
     sx = Scale(0.0, horizon_days, left, right)
     ticks = nice_ticks(0.0, horizon_days, 9)
     bottom = top + lane * len(rows)
     body = [x_axis(sx, ticks, top, bottom, "days from the start of the horizon")]
-    for i, name in enumerate(rows):
+    for i, (name, short) in enumerate(zip(rows, shown, strict=True)):
         y = top + lane * i
-        body.append(f'<text class="lane" x="{left - 8}" y="{y + 19}" text-anchor="end">{esc(name)}</text>'
+        whole = f"<title>{esc(name)}</title>" if short != name else ""
+        body.append(f'<text class="lane" x="{left - 8}" y="{y + 19}" text-anchor="end">{whole}{esc(short)}</text>'
                     f'<line class="lanesep" x1="{left}" y1="{y + lane}" x2="{right}" y2="{y + lane}"/>')
     for b in bars:
         x0, x1 = sx(b.start), sx(b.end)
