@@ -340,3 +340,22 @@ def test_gantt_row_labels_start_inside_the_chart(portfolio_result):
     assert all(x - text_width(s, LANE_FONT_PX) >= 0 for x, s, _ in labels)
     width = float(re.search(r'viewBox="0 0 ([\d.]+) ', svg).group(1))
     assert max(x for x, _, _ in labels) + 8 + 730 + 20 == width  # the day axis keeps its 730 px
+
+
+CJK_FALLBACKS = ('"Noto Sans CJK SC"', '"PingFang SC"', '"Microsoft YaHei"')
+
+
+def test_every_font_list_names_cjk_fallbacks(solved):
+    """A provider named in Chinese (算家云, catalogs/offers/cn.yaml) renders where the first font lacks CJK glyphs:
+    every font family list of every page kind (they share one stylesheet) lists CJK fonts before its generic."""
+    from optimizer.report.html import batch_page, solve_page
+
+    for text in (solve_page(solved), batch_page([])):
+        css = re.search(r"<style>(.*?)</style>", text, re.S).group(1)
+        lists = [m.group(2) for m in re.finditer(r"(font|font-family):([^;}]*)", css) if "inherit" not in m.group(2)]
+        assert any(v.split(",")[0].split()[-1] == "system-ui" for v in lists), lists  # the body's list
+        for value in lists:
+            families = [f.strip() for f in value.split(",")]
+            where = [families.index(f) if f in families else -1 for f in CJK_FALLBACKS]
+            assert -1 not in where and where == sorted(where), value
+            assert families[-1] in ("sans-serif", "monospace") and max(where) < len(families) - 1, value

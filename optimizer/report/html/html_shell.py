@@ -1,7 +1,9 @@
 """The page shell of an ``--html`` report: escaping, number formats, tables, and one self-contained document.
 
 Everything the page needs is inline (style.css and page.js are package data read here), so it opens offline and
-makes no request. Output is a pure function of its input: no dates, no random ids, fixed number formats.
+makes no request. Output is a pure function of its input: no dates, no random ids, fixed number formats. Every
+font list in style.css names CJK fallbacks ("Noto Sans CJK SC", "PingFang SC", "Microsoft YaHei") before its
+generic family, so a provider named in Chinese (the cn catalog) renders where the first font has no CJK glyphs.
 """
 
 from __future__ import annotations
