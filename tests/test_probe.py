@@ -214,3 +214,25 @@ def test_the_probe_steps_the_adamw_kernel_the_plan_is_priced_with(probe_7b):
     assert probe_script.trainer_optim({**cfg, "optimizer_kernel": "foreach"}, "cuda") == ("adamw_torch", [])
     optim, notes = probe_script.trainer_optim({**cfg, "optimizer": "paged_adamw_8bit"}, "cpu")
     assert optim == "adamw_torch" and "needs bitsandbytes on CUDA" in notes[0]
+
+
+def test_probe_py_without_its_packages_says_what_to_install(probe_70b, tmp_path: Path):
+    """probe.py where torch & co. are missing (python -S: no site-packages) is one line with the pip install of the
+    packages probe_config.json lists and exit status 2, not a ModuleNotFoundError traceback."""
+    import subprocess
+    import sys
+
+    _, cfg = probe_70b
+    assert cfg["packages"][:5] == ["torch", "transformers", "peft", "accelerate", "pyyaml"]
+    assert "deepspeed" in cfg["packages"]  # the 70B plan shards with ZeRO: the GPU run needs it
+    (tmp_path / "probe.py").write_text(Path(probe_script.__file__).read_text())
+    (tmp_path / "probe_config.json").write_text(json.dumps(cfg))
+    for args, install in ((["--tiny"], "torch transformers peft accelerate pyyaml"),
+                          ([], " ".join(cfg["packages"]))):  # fmt: skip
+        proc = subprocess.run([sys.executable, "-S", str(tmp_path / "probe.py"), *args], capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        line = proc.stderr.strip()
+        assert "\n" not in line and "Traceback" not in line, proc.stderr
+        assert line.startswith("probe.py: error: torch, ") and line.endswith(f"pip install {install}"), line
+        assert ("deepspeed" in line) is (not args), line  # the CPU smoke run does not ask for DeepSpeed

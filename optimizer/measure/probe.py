@@ -259,10 +259,11 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
         cfg["deepspeed"] = deepspeed_config(trial.plan)  # the launch's own config: SGD stays SGD under ZeRO-Offload
     if cfg["sharding"] == "fsdp" and p.zero_stage > 0 and trial.plan is not None:
         cfg["fsdp"] = fsdp_plugin(sc, trial.plan)  # the launch's own FSDP settings (use_orig_params false for LoRA)
+    cfg["packages"] = _packages(cfg)  # probe.py checks them before it imports any (one line, exit 2, when missing)
     out = Path(out_dir)
     write_folder_atomic(out, {"probe_config.json": json.dumps(cfg, indent=2, sort_keys=False) + "\n",
                               "probe.py": SCRIPT.read_text(encoding="utf-8")})  # fmt: skip
     worth = time_error_worth(path, best, ov)
     per_rank = float(catalog.calibration.get("hosts", {}).get("host_ram_per_rank_gib", 0.0))
     host_ram = probe_host_ram(cfg, arch, trial, per_rank)
-    return Probe(str(path), best, trial, steps, warmup, str(out), worth, notes, _packages(cfg), host_ram)
+    return Probe(str(path), best, trial, steps, warmup, str(out), worth, notes, cfg["packages"], host_ram)

@@ -1,12 +1,14 @@
 """The probe run: ``python probe.py [--tiny] [--steps N] [--warmup W] [--out FILE]`` (written by ``ftopt probe``).
 
 Standalone: it needs torch, transformers and peft (accelerate; deepspeed when the plan shards with DeepSpeed,
-bitsandbytes for QLoRA), never ftopt. It reads ``probe_config.json`` beside itself, creates its TrainingArguments
-(and so the DeepSpeed config) first, builds the model from its configuration with random weights where they train
-(no download, no checkpoint on disk, never a whole copy on the host except FSDP's rank 0: :func:`build_model`),
-trains W warm-up and N measured optimizer steps on random tokens of the planned length with HF Trainer in the
-planned configuration (micro-batch, gradient accumulation 1, checkpointing, precision, LoRA/QLoRA, ZeRO stage and
-offload through DeepSpeed or FSDP), and writes one measurement in the reference-case schema:
+bitsandbytes for QLoRA), never ftopt; a missing one stops it with one line giving the ``pip install`` of the
+packages probe_config.json lists (exit status 2) before anything is imported. It reads ``probe_config.json`` beside
+itself, creates its TrainingArguments (and so the DeepSpeed config) first, builds the model from its configuration
+with random weights where they train (no download, no checkpoint on disk, never a whole copy on the host except
+FSDP's rank 0: :func:`build_model`), trains W warm-up and N measured optimizer steps on random tokens of the planned
+length with HF Trainer in the planned configuration (micro-batch, gradient accumulation 1, checkpointing, precision,
+LoRA/QLoRA, ZeRO stage and offload through DeepSpeed or FSDP), and writes one measurement in the reference-case
+schema:
 
 - ``step_seconds``: median wall time of the measured steps (CUDA synchronised before and after each step);
 - ``tokens_per_second_per_gpu`` = micro_batch x seq_len / step_seconds (every rank processes its own micro-batch);
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import statistics
@@ -41,6 +44,11 @@ GIB = 2.0**30
 # the scenario's training.optimizer_kernel is foreach (adamw_torch, torch's multi-tensor path)
 OPTIMIZERS = {"adamw": "adamw_torch_fused", "adamw_8bit": "adamw_bnb_8bit", "paged_adamw_8bit": "paged_adamw_8bit",
               "sgd": "sgd", "adafactor": "adafactor"}  # fmt: skip
+# pip name -> the module it installs, for the packages probe_config.json lists (ftopt probe's install line)
+MODULES = {"pyyaml": "yaml", "flash-attn": "flash_attn"}
+# every run's packages; a CPU run (--tiny) needs no others (no DeepSpeed, NF4 or flash attention there)
+BASE_PACKAGES = ("torch", "transformers", "peft", "accelerate", "pyyaml")
+OPTIONAL = ("pyyaml",)  # without it the measurement is written as JSON text, which YAML reads
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "vocab_size": 512, "tiny_seq_len": 64, "tiny_micro_batch": 2}  # fmt: skip
 
@@ -470,6 +478,22 @@ def build_report(cfg: dict[str, Any], device: str) -> dict[str, Any]:
             "device": str(target_device(device))}  # fmt: skip
 
 
+def requirements(cfg: dict[str, Any], cpu: bool, build_only: bool = False) -> tuple[list[str], list[str]]:
+    """(the packages to install for this run, those of them that are missing), as pip names.
+
+    The run needs the packages ``ftopt probe`` listed in probe_config.json (``packages``: torch, transformers, peft,
+    accelerate, pyyaml, and deepspeed, bitsandbytes or flash-attn as the plan asks); a CPU run (``--tiny``,
+    ``--build-only cpu``) only the first five, and bitsandbytes where a CPU ``build_only`` quantises a QLoRA model.
+    PyYAML is optional (JSON text is written without it). Checked before anything is imported, so a missing package
+    is one line, not a traceback.
+    """
+    wanted = list(cfg.get("packages") or BASE_PACKAGES)
+    if cpu:
+        wanted = [p for p in wanted if p in BASE_PACKAGES or (p == "bitsandbytes" and build_only)]
+    missing = [p for p in wanted if p not in OPTIONAL and importlib.util.find_spec(MODULES.get(p, p)) is None]
+    return wanted, missing
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the options, run the probe, write the measurement; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -483,6 +507,12 @@ def main(argv: list[str] | None = None) -> int:
                         "memory it took, as JSON")  # fmt: skip
     args = parser.parse_args(argv)
     cfg = json.loads(args.config.read_text(encoding="utf-8"))
+    cpu = args.build_only == "cpu" if args.build_only else args.tiny  # --build-only returns before --tiny is read
+    wanted, missing = requirements(cfg, cpu, args.build_only is not None)
+    if missing:
+        print(f"probe.py: error: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed; install "
+              f"the probe's requirements: pip install {' '.join(wanted)}", file=sys.stderr)  # fmt: skip
+        return 2
     if args.build_only:
         print(json.dumps(build_report(cfg, args.build_only)))
         return 0
