@@ -199,6 +199,32 @@ def test_csv_output_has_the_header_and_resumes(folder: Path):
     assert [r["status"] for r in read_rows(out)] == ["optimal", "error"]
 
 
+def test_csv_booleans_are_spelt_as_in_the_jsonl(folder: Path):
+    """fits_p90 is true/false in both formats (docs/json-contract.md), also for rows kept from an older CSV that
+    wrote Python's True/False."""
+    paths = [str(folder / "a-7b-qlora.yaml")]
+    run_batch(paths, folder / "results.jsonl", workers=1)
+    fits = _lines(folder / "results.jsonl")[0]["fits_p90"]
+    assert isinstance(fits, bool)
+    out = folder / "results.csv"
+    run_batch(paths, out, workers=1)
+    col = ROW_FIELDS.index("fits_p90")
+    assert out.read_text().splitlines()[1].split(",")[col] == json.dumps(fits)
+    out.write_text(out.read_text().replace(f",{json.dumps(fits)},", f",{fits},"))  # as an older ftopt wrote it
+    assert run_batch(paths, out, workers=1).skipped == 1
+    assert out.read_text().splitlines()[1].split(",")[col] == json.dumps(fits)
+
+
+def test_batch_summary_counts_in_words_and_mentions_reuse_only_with_an_output(run_cli, folder: Path):
+    res = run_cli("batch", folder / "a-7b-qlora.yaml")
+    said = " ".join(res.stderr.split() + res.stdout.split())
+    assert "Done: 1 scenario (1 optimal)" in said and "already in the output" not in said, said
+    out = folder / "results.jsonl"
+    res = run_cli("batch", folder / "a-7b-qlora.yaml", folder / "c-base.yaml", "-o", out)
+    assert "Done: 2 scenarios (" in " ".join(res.stderr.split()) and "skipped 0 already in the output" in " ".join(
+        res.stderr.split())
+
+
 # ------------------------------------------------------------------------------------------------ resume
 
 
@@ -341,7 +367,7 @@ def test_ctrl_c_after_the_last_row_still_prints_the_summary(run_cli, folder: Pat
     res = run_cli("batch", folder / "a-7b-qlora.yaml", "-o", out)
     assert res.exit_code == 0, res.output
     assert len(_lines(out)) == 1
-    assert "Done: 1 scenarios (1 optimal); solved 1 in" in " ".join(res.stderr.split())
+    assert "Done: 1 scenario (1 optimal); solved 1 in" in " ".join(res.stderr.split())
 
 
 def test_ctrl_c_before_the_batch_starts_is_one_line_and_130(run_cli, folder: Path, monkeypatch):

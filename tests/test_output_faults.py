@@ -125,11 +125,42 @@ def test_a_second_batch_on_the_same_output_is_refused(run_cli, tmp_path):
     fd = os.open(tmp_path / ".rows.jsonl.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        _one_line(run_cli("batch", SCENARIO, "-o", out), EXIT_OUTPUT, "another ftopt batch is writing this file")
+        refused = run_cli("batch", SCENARIO, "-o", out)
+        _one_line(refused, EXIT_OUTPUT, "another ftopt batch is writing this file")
+        assert refused.stderr.startswith("ftopt: error: ")  # no blank line before it (the bar has not started)
     finally:
         os.close(fd)
     assert run_cli("batch", SCENARIO, "-o", out).exit_code == 0
     assert [r["status"] for r in read_rows(out)] == ["optimal"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.jsonl"]  # the lock file is removed at the end
+
+
+def test_a_lock_file_removed_as_it_is_opened_is_taken_again(tmp_path, monkeypatch):
+    """A batch that opened .NAME.lock just before the batch holding it removed it (its last act) must not keep a
+    lock on that removed file: a third batch would create a new one and write beside it."""
+    out = tmp_path / "rows.jsonl"
+    lock = tmp_path / ".rows.jsonl.lock"
+    lock.write_text("")
+    real_open = os.open
+    opened = []
+
+    def open_then_removed(path, *args):
+        fd = real_open(path, *args)
+        if not opened:
+            os.unlink(path)  # the holder's exit, between this open and the flock
+        opened.append(path)
+        return fd
+
+    monkeypatch.setattr(batch.os, "open", open_then_removed)
+    with batch.output_lock(out):
+        assert len(opened) == 2 and lock.exists()
+        fd = real_open(lock, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):  # the file the path names now is the one held
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+    assert not lock.exists()
 
 
 def test_a_new_results_file_is_not_left_empty_when_nothing_can_be_written(tmp_path, monkeypatch):

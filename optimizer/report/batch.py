@@ -20,7 +20,11 @@ MAX_ERRORS_SHOWN = 20  # the summary lists this many failures; the output file h
 
 @contextlib.contextmanager
 def batch_progress(console: Console) -> Iterator[tuple[Callable[[int, int], None], Callable[[dict], None]]]:
-    """A progress bar (count, rate, ETA) on ``console``; yields the (on_start, on_row) hooks of run_batch."""
+    """A progress bar (count, rate, ETA) on ``console``; yields the (on_start, on_row) hooks of run_batch.
+
+    The bar starts when the batch does (``on_start``: the output locked and read), so an error before that, such
+    as another batch holding ``-o``, is the only line on the console.
+    """
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -45,18 +49,19 @@ def batch_progress(console: Console) -> Iterator[tuple[Callable[[int, int], None
         if skipped:
             console.print(f"resume: {skipped} scenario{'s' if skipped != 1 else ''} already solved, skipped")
         state["task"] = bar.add_task("batch", total=todo)
+        bar.start()
         bar.refresh()
 
     def on_row(row: dict) -> None:
         bar.update(state["task"], advance=1)
         bar.refresh()
 
-    bar.start()
     try:
         yield on_start, on_row
     finally:
         with sigint_ignored():  # the terminal is restored even when Ctrl-C comes as the bar closes
-            bar.stop()
+            if "task" in state:
+                bar.stop()
 
 
 def batch_table(rows: list[dict[str, Any]]) -> Table:
@@ -77,8 +82,9 @@ def batch_table(rows: list[dict[str, Any]]) -> Table:
 def print_batch_summary(summary: BatchSummary, output: str | None, console: Console, html: str | None = None) -> None:
     """Counts by status, throughput, every error with its one-line message, and where the rows are.
 
-    The summary line counts the scenarios reused from the output ("skipped N already in the output") and, when
-    any, those whose row was solved from other inputs and so solved again ("re-solved N changed").
+    The summary line counts the scenarios ("1 scenario", "2 scenarios") and, with an output file, those reused from
+    it ("skipped N already in the output") and, when any, those whose row was solved from other inputs and so solved
+    again ("re-solved N changed"); without one nothing can be reused and the count is left out.
 
     With ``html`` (``--html FILE``) the rows are also written as a page (optimizer/report/html).
     """
@@ -93,8 +99,9 @@ def print_batch_summary(summary: BatchSummary, output: str | None, console: Cons
     head = "[bold yellow]Interrupted[/bold yellow]" if summary.interrupted else "[bold]Done[/bold]"
     done = f"solved {summary.solved} in {summary.elapsed_s:.1f} s ({rate:,.1f}/s)"
     changed = f", re-solved {summary.changed} changed" if summary.changed else ""
-    console.print(f"{head}: {summary.total} scenarios ({counts or 'none finished'}); {done}, "
-                  f"skipped {summary.skipped} already in the output{changed}")  # fmt: skip
+    reused = f", skipped {summary.skipped} already in the output{changed}" if output is not None else ""
+    scenarios = f"{summary.total} scenario{'' if summary.total == 1 else 's'}"
+    console.print(f"{head}: {scenarios} ({counts or 'none finished'}); {done}{reused}")
     errors = summary.errors
     for r in errors[:MAX_ERRORS_SHOWN]:
         console.print(f"[red]error[/red] {escape(str(r['scenario']))}: {escape(row_error(r))}", soft_wrap=True)

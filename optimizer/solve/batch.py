@@ -30,6 +30,7 @@ in milliseconds.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import fcntl
 import glob
@@ -62,6 +63,7 @@ DEFAULT_SETTINGS = SolverSettings()  # CP-SAT defaults: 10 s limit, 1 worker, se
 ROW_FIELDS = ("scenario", "name", "status", "gpu", "cards", "nodes", "tp", "dp", "zero_stage", "offload",
               "micro_batch", "grad_accum", "checkpointing", "cost", "currency", "hours", "cost_p90", "hours_p90",
               "fits_p90", "error", "scenario_resolved", "inputs_sha256")  # fmt: skip
+BOOL_FIELDS = ("fits_p90",)  # true/false in the JSONL and the CSV alike
 # the fields every results file has held; the last two came later and are null in rows read from older files
 REQUIRED_FIELDS = ROW_FIELDS[: ROW_FIELDS.index("error") + 1]
 STATUSES = ("optimal", "feasible", "infeasible", "error")
@@ -210,12 +212,27 @@ def read_rows(path: str | Path) -> list[Row]:
     return rows
 
 
+def _csv_value(key: str, value: Any) -> Any:
+    """A row value as a CSV cell: empty for null, ``true``/``false`` for a boolean as in the JSONL.
+
+    A boolean read back from a CSV (a string, ``True``/``False`` in files written before) is written in that
+    spelling too.
+    """
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if key in BOOL_FIELDS and isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower()
+    return value
+
+
 def format_row(row: Row, fmt: str) -> str:
-    """One row as a line of JSONL or CSV (with its newline)."""
+    """One row as a line of JSONL or CSV (with its newline); CSV writes booleans ``true``/``false`` as JSON does."""
     if fmt == "jsonl":
         return json.dumps({k: row[k] for k in ROW_FIELDS}, ensure_ascii=False) + "\n"
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow(["" if row[k] is None else row[k] for k in ROW_FIELDS])
+    csv.writer(buf, lineterminator="\n").writerow([_csv_value(k, row[k]) for k in ROW_FIELDS])
     return buf.getvalue()
 
 
@@ -383,7 +400,11 @@ def sigterm_as_interrupt() -> Iterator[None]:
 def output_lock(output: str | Path | None) -> Iterator[None]:
     """Hold an exclusive lock on ``output`` (``.NAME.lock`` beside it) for the whole batch; OutputError if taken.
 
-    Two batches appending to one file would each rewrite it from their own rows at the end, losing the other's.
+    Two batches appending to one file would each rewrite it from their own rows at the end, losing the other's. The
+    lock file is removed when the batch ends (while still locked), so none is left behind. A batch that opened the
+    file just before it was removed would lock a file no longer in the folder: after locking, the lock is kept only
+    when the path still names the locked file, else it is taken again on the new one, so two batches never hold
+    the lock at once.
     """
     if output is None:
         yield
@@ -392,18 +413,37 @@ def output_lock(output: str | Path | None) -> Iterator[None]:
     lock = target.parent / f".{target.name[:200]}.lock"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
     except OSError as exc:
         raise OutputError(str(output), f"cannot create its lock file {lock.name}: {exc.strerror or exc}") from None
+    fd = _take_lock(output, lock)
     try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)  # still locked: a batch waiting on this file retries on a fresh one
+        os.close(fd)  # releases the lock
+
+
+def _take_lock(output: str | Path, lock: Path) -> int:
+    """An open descriptor of ``lock`` holding its exclusive lock, the path still naming it; OutputError if taken."""
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except OSError as exc:
+            raise OutputError(str(output), f"cannot create its lock file {lock.name}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise OutputError(str(output), "another ftopt batch is writing this file; wait for it to finish or "
                               "give another -o") from None  # fmt: skip
-        yield
-    finally:
-        os.close(fd)  # releases the lock
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # removed by the batch that held it as this one opened it: take the lock on the new file
 
 
 def _stop(pool: ProcessPoolExecutor, finished: bool) -> None:
