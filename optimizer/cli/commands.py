@@ -255,6 +255,20 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
     _no_plan_unless(bool(result.estimates))
 
 
+def _check_batch_outputs(output: str | None, html_path: str | None) -> None:
+    """Before any scenario is solved: ``-o`` names a .jsonl or .csv (exit 2), ``--html`` can be written (exit 3).
+
+    The rows stream to ``-o`` as they finish and the page is written after the last one, so an unwritable page
+    found only then would come after the whole batch.
+    """
+    from optimizer.solve.batch import output_format
+
+    if output:
+        output_format(output)
+    if html_path:
+        check_writable(html_path)  # before the batch: the page is written after its last row
+
+
 @cli.command(epilog=BATCH_EXAMPLES)
 @click.argument("scenarios", nargs=-1, required=True)
 @click.option("-o", "--output", type=click.Path(), help="Results .jsonl or .csv (resumes if present).")
@@ -269,13 +283,10 @@ def pareto(scenario: str, budget: float | None, deadline_hours: float | None, pl
 def batch(scenarios: tuple[str, ...], output: str | None, workers: int | None, backend: str, address: str | None,
           time_limit: float, strict: bool, calibration: str | None, html_path: str | None) -> None:  # fmt: skip
     """Solve every scenario in SCENARIOS (files, folders, globs); one result row per scenario."""
-    from optimizer.solve.batch import Backend, BatchSummary, expand, output_format, run_batch, sigint_ignored
+    from optimizer.solve.batch import Backend, BatchSummary, expand, run_batch, sigint_ignored
 
     paths = expand(scenarios)
-    if output:
-        output_format(output)
-    if html_path:
-        check_writable(html_path)  # before the batch: the page is written after its last row
+    _check_batch_outputs(output, html_path)
     err = Console(stderr=True)
     summary: BatchSummary | None = None
     try:
