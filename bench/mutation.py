@@ -83,6 +83,7 @@ LORA_NAMES = "optimizer/launch/lora_names.py"
 REVIEW_TESTS = ["tests/test_launch_review.py"]  # run length, retention, schedule, targets, sync, reentrant, buckets
 PIPE_TESTS = ["tests/test_timing_structure.py", "tests/test_pipeline_interleaving.py", "tests/test_launch.py"]
 EXPLAIN_TESTS = ["tests/test_explain_relax.py", "tests/test_infeasible.py"]
+REPORT_TESTS = ["tests/test_report_text.py"]
 
 MUTATIONS: list[Mutation] = [
     _m("solver-halving-steps-dropped", "solver", SOLVER,
@@ -114,6 +115,9 @@ MUTATIONS: list[Mutation] = [
     _m("launch-loss-not-written", "launch", "optimizer/launch/by_engine.py",
        r"    notes \+= loss_settings\(settings, scenario\)\n", "\n", ["tests/test_launch_review.py"],
        "a plan that fits only with Liger's fused loss launches without it and runs out of memory"),
+    # ---- the report's words (tests/test_report_text.py): each verdict names what fails, figures read alike
+    _m("report-memory-header-bytes", "output", "optimizer/report/plan.py", r'table\.add_column\("per GPU",',
+       'table.add_column("bytes",', REPORT_TESTS, "the memory table's column says bytes over figures in GiB"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

@@ -165,7 +165,7 @@ def memory_table(est: Estimate) -> Table:
     assert m is not None
     table = Table(title="Per-GPU memory", show_edge=False)
     table.add_column("component")
-    table.add_column("bytes", justify="right")
+    table.add_column("per GPU", justify="right")  # the figures are GiB, each with its unit
     table.add_column("share", justify="right")
     for key in MEMORY_ROWS:
         value = getattr(m, key)
