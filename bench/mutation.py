@@ -118,6 +118,12 @@ MUTATIONS: list[Mutation] = [
     # ---- the report's words (tests/test_report_text.py): each verdict names what fails, figures read alike
     _m("report-memory-header-bytes", "output", "optimizer/report/plan.py", r'table\.add_column\("per GPU",',
        'table.add_column("bytes",', REPORT_TESTS, "the memory table's column says bytes over figures in GiB"),
+    _m("report-host-ram-counted-as-gpu", "output", "optimizer/solve/planner.py",
+       r"fits=bool\(c\.fits\[i\] or c\.ram_short\[i\] or c\.host_capped\[i\]\),", "fits=bool(c.fits[i]),",
+       REPORT_TESTS, "an estimate whose cards fit but whose node lacks host RAM says the GPU memory DOES NOT FIT"),
+    _m("report-memory-verdict-ignores-host-ram", "output", "optimizer/report/plan.py",
+       r"    if host_ok is not False:\n", "    if True:\n", REPORT_TESTS,
+       "a configuration short of host RAM reads 'fits.' with only the confirm-with-provider line naming the RAM"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from optimizer.inputs.catalog import load_catalog
+from optimizer.inputs.schema import Status
 from optimizer.models import hosts, overheads
 from optimizer.solve.planner import estimate_scenario, solve_scenario
 from optimizer.solve.validator import check_plan
@@ -109,8 +110,8 @@ def test_70b_on_cn_has_no_plan_over_its_nodes_host_ram(tmp_path):
     old = {"gpu": "A100-80G", "offer": "seed002-a100-80g", "cards": 4, "zero_stage": 3, "offload": "optimizer",
            "micro_batch": 2, "checkpointing": "full"}  # fmt: skip
     est = estimate_scenario(path, old)
-    assert est.memory is not None and not est.memory.fits
-    assert est.memory.total <= est.memory.capacity  # it fits the cards: host RAM is what rules it out
+    assert est.status is Status.infeasible and est.memory is not None and est.memory.host_ram_fits is False
+    assert est.memory.total <= est.memory.capacity  # its prediction fits the cards; host RAM is short too
     assert est.offer is not None and est.offer.host_ram_bytes == pytest.approx(4 * 29.8 * 2**30, abs=1)
     assert "default 29.8 GiB per card (autodl.com/docs/env" in (est.offer.host_ram_rule or "")
 
@@ -130,8 +131,8 @@ def test_validator_rejects_a_plan_over_the_stated_host_ram(tmp_path, catalog):
     pins = {"gpu": "A100-80G", "cards": 8, "zero_stage": 3, "offload": "optimizer", "micro_batch": 1,
             "checkpointing": "full"}  # fmt: skip
     est = estimate_scenario(path, pins)
-    assert est.memory is not None and not est.memory.fits
-    assert est.memory.cpu_offload > 512 * 2**30
+    assert est.status is Status.infeasible and est.memory is not None and est.memory.host_ram_fits is False
+    assert est.memory.fits and est.memory.cpu_offload > 512 * 2**30
 
 
 def test_per_card_ram_scales_with_the_cards_rented_in_the_node():

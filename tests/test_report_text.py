@@ -4,6 +4,7 @@ the plan it bounds (QA review of the report text)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from tests.conftest import REPO
@@ -21,3 +22,42 @@ def test_the_memory_table_header_names_the_unit_it_shows(run_cli):
     header = next(line for line in out.splitlines() if line.lstrip().startswith("component"))
     assert "bytes" not in header and "per GPU" in header
     assert re.search(r"total\s+│\s+[\d,.]+ GiB", out)
+
+
+A100_OFFLOAD = ("--gpu", "A100-80G", "--cards", "8", "--zero", "3", "--offload", "optimizer", "--micro-batch", "1",
+                "--checkpointing", "full")  # fmt: skip
+
+
+def test_an_estimate_short_of_host_ram_says_the_gpu_fits_and_the_node_does_not(run_cli, tmp_path):
+    # 70B on 8 x A100-80G of AutoDL (seed002): 38.3 GiB per card (48%) fits, but the offloaded optimizer states
+    # need 1,577 GiB + 8 x 4 GiB of processes = 1,609 GiB per node against the default 29.8 GiB x 8 = 238 GiB
+    result = run_cli("estimate", SEVENTY_B, *A100_OFFLOAD)
+    text = _text(result)
+    assert result.exit_code == 1
+    assert "Memory: fits on the GPU; host RAM does NOT: 1,609 GiB needed per node, 238 GiB on the node." in text
+    assert "DOES NOT FIT" not in text and "fits at the high end too" in text
+    doc = json.loads(run_cli("estimate", SEVENTY_B, *A100_OFFLOAD, "--json").stdout)
+    m = doc["memory"]
+    assert doc["status"] == "infeasible" and m["fits"] is True and m["host_ram_fits"] is False
+    assert m["host_ram_needed"] > doc["offer"]["host_ram_bytes"]
+    page = tmp_path / "e.html"
+    run_cli("estimate", SEVENTY_B, *A100_OFFLOAD, "--html", page)
+    html = page.read_text(encoding="utf-8")
+    assert "fits on the GPU" in html and "Host RAM DOES NOT FIT: 1,609.0 GiB needed per node, 238.4 GiB" in html
+
+
+def test_an_estimate_over_the_card_says_so_and_a_fitting_one_has_host_ram_fits(run_cli):
+    over = json.loads(run_cli("estimate", REPO / "scenarios" / "7b-lora.yaml", *RTX_3060_MB8, "--json").stdout)
+    assert over["memory"]["fits"] is False and over["memory"]["host_ram_fits"] is True
+    assert "Memory: DOES NOT FIT on the GPU." in _text(run_cli("estimate", REPO / "scenarios" / "7b-lora.yaml",
+                                                               *RTX_3060_MB8))  # fmt: skip
+
+
+def test_the_estimate_help_examples_show_configurations_that_fit(run_cli):
+    from optimizer.cli.commands import ESTIMATE_EXAMPLES
+
+    examples = " ".join(ESTIMATE_EXAMPLES.replace("\\\n", " ").split("Examples:")[1].split()).split("ftopt ")[1:]
+    assert len(examples) == 2
+    for example in examples:
+        args = [a.replace("scenarios/", f"{REPO}/scenarios/") for a in example.split()]
+        assert run_cli(*args).exit_code == 0, example

@@ -73,8 +73,8 @@ Examples:
 ESTIMATE_EXAMPLES = """\b
 Examples:
   ftopt estimate scenarios/7b-qlora.yaml --gpu RTX-4090 --cards 1 --micro-batch 1 --checkpointing full
-  ftopt estimate scenarios/70b.yaml --gpu A100-80G --cards 8 --zero 3 --offload optimizer --micro-batch 1 \
-    --checkpointing full --json
+  ftopt estimate scenarios/70b.yaml --gpu H100-SXM --offer lambda-gpu_8x_h100_sxm5-us-east-1 --cards 8 \
+    --zero 3 --offload optimizer --micro-batch 1 --checkpointing full --json
 """
 
 
@@ -203,7 +203,7 @@ def estimate(scenario: str, catalogs: tuple[str, ...], added: tuple[str, ...], c
         click.echo(report.dumps(report.estimate_json(est)), nl=False)
     else:
         report.print_estimate(est, report.console())
-    _no_plan_unless(est.memory is not None and est.memory.fits)
+    _no_plan_unless(est.status.value == "feasible")  # fits its cards and its node's host RAM
 
 
 PARETO_EXAMPLES = """\b

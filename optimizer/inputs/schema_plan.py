@@ -50,7 +50,12 @@ class Plan(Strict):
 
 
 class MemoryReport(Strict):
-    """Per-GPU peak memory in bytes by component, plus host memory needed for offload."""
+    """Per-GPU peak memory in bytes by component, plus host memory needed for offload.
+
+    ``fits`` is the card alone (the peak at the scenario's risk within capacity less headroom, on a layout that
+    runs); ``host_ram_fits`` is the node's host RAM against ``host_ram_needed``. A plan needs both: the estimate's
+    status is feasible only then.
+    """
 
     weights: int
     gradients: int
@@ -62,6 +67,10 @@ class MemoryReport(Strict):
     capacity: int
     fits: bool
     cpu_offload: int = 0
+    # host RAM per node the plan needs (offloaded states + the training processes of the node's ranks) and whether
+    # the node's RAM (offer.host_ram_bytes) holds it; null without the calibration's hosts rule
+    host_ram_needed: int | None = None
+    host_ram_fits: bool | None = None
 
 
 class TimeReport(Strict):

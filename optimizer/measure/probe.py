@@ -163,7 +163,7 @@ def choose_trial(base: dict[str, Any], p: Plan, per_node: int, n_steps: int, ov:
         for d in counts:
             doc = trial_document(base, p, d, n_steps, hourly)
             est = _estimate(doc, Path(tmp), ov)
-            if est.memory is not None and est.memory.fits:
+            if est.status.value == "feasible":  # fits its cards and its node's host RAM
                 return doc, est
         doc = trial_document(base, p, p.dp, n_steps, hourly)
         return doc, _estimate(doc, Path(tmp), ov)

@@ -130,8 +130,9 @@ def billing_basis(term: str) -> str:
     return " + ".join(_PRICE_OF.get(t, t) for t in term.split("+"))
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:,.1f} GiB"
+def _gib(n: float, decimals: int = 1) -> str:
+    """Bytes as GiB with thousands separators: '1,577.0 GiB' (``decimals`` after the point)."""
+    return f"{n / GIB:,.{decimals}f} GiB"
 
 
 def rented_units(cards: int, gpu: str, offer: Any) -> str:
@@ -181,13 +182,14 @@ def estimate_lines(est: Estimate) -> list[Any]:
     t, c, p = est.time, est.cost, est.plan
     assert t is not None and c is not None and p is not None and est.memory is not None
     units = ", ".join(_units(k, v) for k, v in p.billed_units.items())
-    fits = "fits" if est.memory.fits else "DOES NOT FIT"
+    fits = memory_verdict(est.memory.fits, est.memory.host_ram_fits, est.memory.host_ram_needed,
+                          est.offer.host_ram_bytes if est.offer is not None else None)
     return [
         *model_lines(est),
         f"[bold]Plan[/bold] ({est.status.value}): {escape(_plan_line(est))}",
         *offer_lines(est),
         memory_table(est),
-        f"Memory: {fits}. Time: {t.hours:,.1f} h wall clock{_wall_clock_parts(t)}, {t.steps:,} steps of "
+        f"Memory: {fits} Time: {t.hours:,.1f} h wall clock{_wall_clock_parts(t)}, {t.steps:,} steps of "
         f"{t.step_seconds:.2f} s, "
         f"{t.tokens_per_second:,.0f} tokens/s, MFU {100 * t.mfu:.1f}%"
         + (f", HFU {100 * t.hfu:.1f}%" if t.hfu is not None else ""),
@@ -200,6 +202,20 @@ def estimate_lines(est: Estimate) -> list[Any]:
         *calibration_lines(est),
         *(escape(line) for line in renting_lines(est)),
     ]
+
+
+def memory_verdict(fits: bool, host_ok: bool | None, need: int | None, have: int | None) -> str:
+    """The memory verdict naming what fails: the card, the node's host RAM, or both.
+
+    'fits.', 'DOES NOT FIT on the GPU.', 'fits on the GPU; host RAM does NOT: 1,609 GiB needed per node, 238 GiB
+    on the node.' A plan needs both; a verdict naming only the card would blame it for a node's RAM.
+    """
+    if host_ok is not False:
+        return "fits." if fits else "DOES NOT FIT on the GPU."
+    ram = (f"{_gib(need or 0, 0)} needed per node, {_gib(have, 0)} on the node" if have is not None
+           else f"{_gib(need or 0, 0)} needed per node")  # fmt: skip
+    gpu = "fits on the GPU" if fits else "DOES NOT FIT on the GPU"
+    return f"{gpu}; host RAM does NOT{' either' if not fits else ''}: {ram}."
 
 
 def _wall_clock_parts(t: Any) -> str:

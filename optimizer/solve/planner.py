@@ -5,6 +5,7 @@ This is the library entry point the CLI, batch and pareto call; it returns typed
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -216,14 +217,19 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         capacity=hosts.CAPACITY[int(c.capacity[i])],
     )
     capacity = int(c.hw.capacity_bytes[i])
+    facts = offer_report(space, i, b.units)
+    need, ram_ok = host_ram(space, i)
     memory = MemoryReport(
         **{
             k: int(mem[k][i])
             for k in ("weights", "gradients", "optimizer", "activations", "logits", "overhead", "total")
         },
         capacity=capacity,
-        fits=bool(c.fits[i]),
+        # the card alone: a row short only of its node's host RAM fits its card (space.evaluate's ram_short)
+        fits=bool(c.fits[i] or c.ram_short[i] or c.host_capped[i]),
         cpu_offload=int(mem["cpu_offload"][i]),
+        host_ram_needed=need,
+        host_ram_fits=ram_ok,
     )
     t = c.time
     time = TimeReport(
@@ -245,7 +251,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
     arch = space.job.arch
     notes = [*scenario_notes(space.scenario, arch), *precision_notes(plan.precision.value, arch)]
     est = Estimate(status=status, plan=plan, memory=memory, time=time, cost=money, model=model_report(arch),
-                   offer=offer_report(space, i, b.units), spot=spot_report(space, i),
+                   offer=facts, spot=spot_report(space, i),
                    requirements=requirements.for_row(space, i), notes=notes)  # fmt: skip
     loaded: LoadedOverlay | None = space.overlay
     engine = engine_key(space.scenario, space.job)
@@ -271,6 +277,25 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
     # efficiency ceiling), not the group's: a plan the band expects to run 1.9x slower is not stopped at 1.3x
     time_p90 = est.uncertainty.time.ratio_p90 if est.uncertainty is not None else None
     return est.model_copy(update={"checklist": checklist.for_row(space, i, time_p90)})
+
+
+def host_ram(space: Space, i: int) -> tuple[int | None, bool | None]:
+    """(host RAM per node candidate ``i`` needs, whether its node has it), as space.evaluate judges it.
+
+    need = offloaded states + the node's ranks' processes (hosts.host_ram_need), rounded up to a byte; the node's
+    RAM is the offer's, else the default rule's (hosts.host_ram_bytes). (None, None) without the calibration's hosts
+    rule, which sets the per-rank figure; the verdict is None when no RAM figure applies.
+    """
+    if not space.hosts_cal:
+        return None, None
+    c, idx = space.cand, space.cand.offer_idx[i : i + 1]
+    ranks = hosts.ranks_per_node(c.cards[i : i + 1], space.offers, idx)
+    need = hosts.host_ram_need(c.mem["cpu_offload"][i : i + 1], ranks, space.hosts_cal)
+    have = hosts.host_ram_bytes(space.offers, idx, ranks, space.hosts_cal, space.scenario.allow.max_host_memory_gib)
+    ok = None if math.isnan(float(have[0])) else bool(hosts.ram_fits(need, have)[0])
+    if bool(c.host_capped[i]):  # offloads more than the scenario's allow.max_host_memory_gib
+        ok = False
+    return int(math.ceil(float(need[0]))), ok
 
 
 def risk_use(sc: Scenario, accuracy: Mapping[str, Any], total: int, capacity: int,

@@ -82,6 +82,8 @@ class Evaluated:
     fits: np.ndarray
     capacity: np.ndarray | None = None  # 0 on demand, 1 spot (hosts.CAPACITY); None = all on demand
     ram_short: np.ndarray | None = None  # fits the card but needs more host RAM than the node has; None = none
+    # fits the card but offloads more than allow.max_host_memory_gib (kept only where rows that cannot fit are)
+    host_capped: np.ndarray | None = None
     # what the enumeration held before evaluate(fitting_only=True) dropped the rows that cannot fit: its row count
     # and, per offer, the smallest per-GPU total over its rows (-1: no row); None = these rows are all of them
     enumerated: int | None = None
@@ -92,6 +94,8 @@ class Evaluated:
             self.capacity = np.zeros(len(self.offer_idx), dtype=np.int64)
         if self.ram_short is None:
             self.ram_short = np.zeros(len(self.offer_idx), dtype=bool)
+        if self.host_capped is None:
+            self.host_capped = np.zeros(len(self.offer_idx), dtype=bool)
 
     def take(self, index: np.ndarray) -> Evaluated:
         """The rows selected by a boolean mask or index array."""
@@ -106,6 +110,7 @@ class Evaluated:
             fits=self.fits[index],
             capacity=self.capacity[index],
             ram_short=self.ram_short[index],
+            host_capped=self.host_capped[index],
             enumerated=self.enumerated,
             smallest_by_offer=self.smallest_by_offer,
         )
@@ -493,6 +498,8 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     per distinct configuration); ``fitting_only`` (what :func:`build` asks) then evaluates the time model and the
     host RAM rule only on the rows that passed the memory checks and returns only those rows (the others cannot
     fit, whatever their time), with ``enumerated`` and ``smallest_by_offer`` still describing every row.
+    ``ram_short`` and ``host_capped`` mark the rows that fit their card and fail only on the host side (the node's
+    RAM; allow.max_host_memory_gib), so a report can say which of the two fails.
     """
     cal = catalog.calibration
     engine = engines.engine_key(scenario, job)
@@ -507,13 +514,16 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     at_risk = mem["total"] * memory_ratios(scenario, accuracy, gpus, offer_idx, cfg, nodes,
                                            cov.method_key(job.method.value, job.arch.experts))  # the peak at the
     # scenario's risk percentile of the row's own memory band must fit
-    fits = (at_risk <= usable) & (peak > 0)
+    card = (at_risk <= usable) & (peak > 0)
     host_gib = scenario.allow.max_host_memory_gib
+    capped = np.zeros(len(card), dtype=bool)
     if host_gib is not None:  # offloaded states must also fit in the node's RAM
-        fits &= mem["cpu_offload"] <= host_gib * 2**30
+        capped = mem["cpu_offload"] > host_gib * 2**30
+    fits = card & ~capped
     if fitting_only:  # the time model only where the memory fits
         keep = np.flatnonzero(fits)
         offer_idx, cards, nodes, cfg, fits = offer_idx[keep], cards[keep], nodes[keep], cfg.take(keep), fits[keep]
+        card, capped = card[keep], capped[keep]
         mem = {k: v[keep] for k, v in mem.items()}
     hw = hardware(gpus, offers, offer_idx, cards, nodes, cfg.precision, cal["timing"], (cap, peaks))
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -522,10 +532,11 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
             arch = np.array([g.arch for g in gpus], dtype=object)[offer_idx]
             t = scale_time(cal["overlay"], t, arch, cfg.precision, engine, job.method.value, job.steps)
         t = hosts.with_overheads(job, cfg, t, offers, offer_idx, nodes, cal)
-    fits &= np.isfinite(t["hours"])
+    runs = np.isfinite(t["hours"])
     pinned_chunks = scenario.plan.virtual_pipeline
     if pinned_chunks is not None and pinned_chunks > 1:  # a pin launches exactly its chunks (models/pipeline.py)
-        fits &= t["pipeline_chunks"] == pinned_chunks
+        runs &= t["pipeline_chunks"] == pinned_chunks
+    fits &= runs
     short = np.zeros(len(fits), dtype=bool)
     if cal.get("hosts"):  # offloaded states and the ranks' processes must fit in the node's RAM (hosts.py rule)
         ranks = hosts.ranks_per_node(cards, offers, offer_idx)
@@ -534,7 +545,7 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
         short = fits & ~ram_ok
         fits &= ram_ok
     return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits, ram_short=short, enumerated=enumerated,
-                     smallest_by_offer=smallest)
+                     smallest_by_offer=smallest, host_capped=card & runs & capped)
 
 
 def memory_rows(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -888,6 +899,7 @@ def concat(parts: list[Evaluated]) -> Evaluated:
         mem={k: cat(lambda p, k=k: p.mem[k]) for k in first.mem}, time={k: cat(lambda p, k=k: p.time[k])
                                                                          for k in first.time},
         fits=cat(lambda p: p.fits), capacity=cat(lambda p: p.capacity), ram_short=cat(lambda p: p.ram_short),
+        host_capped=cat(lambda p: p.host_capped),
     )  # fmt: skip
 
 

@@ -358,6 +358,13 @@ def _host_ram_rule(sc: Scenario, r: Recomputed, offer: Offer | None, hosts_cal: 
             f"{float(have) / 2**30:,.1f} GiB on {offer.id}")  # fmt: skip
 
 
+def _host_verdict(reported: bool | None, short: str) -> list[str]:
+    """The host RAM rule's finding (``short``, empty when the node holds the need) against memory.host_ram_fits."""
+    if short:
+        return [short] + ([f"memory.host_ram_fits = {reported} but recomputed False"] if reported is not False else [])
+    return ["memory.host_ram_fits = False but the node's host RAM holds the plan's need"] if reported is False else []
+
+
 def _risk_ratio(sc: Scenario, catalog: Catalog, gpu: Gpu, plan: Plan, experts: int = 1) -> float:
     """The memory ratio the plan must fit at: its memory band at the scenario's ``risk``.
 
@@ -386,16 +393,14 @@ def _model_rules(est: Estimate, sc: Scenario, r: Recomputed, offer: Offer | None
         out.append(f"memory.capacity = {m.capacity} but the GPU has {r.capacity_bytes}")
     fits = r.memory["total"] * ratio <= r.capacity_bytes * (1.0 - sc.headroom) and math.isfinite(r.time["hours"])
     host_gib = sc.allow.max_host_memory_gib
+    capped = ""
     if host_gib is not None and r.memory["cpu_offload"] > host_gib * 2**30:
-        fits = False
-        need_gib = r.memory["cpu_offload"] / 2**30
-        out.append(f"host RAM {need_gib:,.0f} GiB exceeds allow.max_host_memory_gib {host_gib:g}")
-    host = _host_ram_rule(sc, r, offer, cal, est.plan)
-    if host:
-        fits = False
-        out.append(host)
-    if m.fits != fits:
+        capped = (f"host RAM {r.memory['cpu_offload'] / 2**30:,.0f} GiB exceeds allow.max_host_memory_gib "
+                  f"{host_gib:g}")  # fmt: skip
+    if m.fits != fits:  # the card alone; the node's host RAM is host_ram_fits
         out.append(f"memory.fits = {m.fits} but recomputed {fits}")
+    out += _host_verdict(m.host_ram_fits, "; ".join(x for x in (capped, _host_ram_rule(sc, r, offer, cal, est.plan))
+                                                    if x))  # fmt: skip
     if not fits:
         out.append(f"does not fit: {r.memory['total']:,} bytes x {ratio:g} (risk {sc.risk.value}) > "
                    f"{1 - sc.headroom:.0%} of {r.capacity_bytes:,}")

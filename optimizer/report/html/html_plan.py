@@ -130,8 +130,12 @@ def memory_section(doc: dict[str, Any], headroom: float | None) -> str:
     rows.append([Cell("<b>total</b>", "total"), cell(gib(m["total"]), m["total"]),
                  cell(f"{100 * m['total'] / m['capacity']:.0f}% of {gib(m['capacity'])}", m["total"])])
     verdict = "fits" if m["fits"] else "DOES NOT FIT"
-    lines = [f"Peak {gib(m['total'])} per GPU of {gib(m['capacity'])}: {verdict}"
-             + (f" within capacity x (1 - {headroom:g} headroom)." if headroom is not None else ".")]
+    lines = [f"Peak {gib(m['total'])} per GPU of {gib(m['capacity'])}: {verdict} on the GPU"
+             + (f" (against capacity x (1 - {headroom:g} headroom))." if headroom is not None else ".")]
+    if m.get("host_ram_fits") is False:  # the card is not what fails (or not alone): say what does
+        have = (doc.get("offer") or {}).get("host_ram_bytes")
+        lines.append(f"Host RAM DOES NOT FIT: {gib(m['host_ram_needed'])} needed per node"
+                     + (f", {gib(have)} on the node." if have is not None else "."))
     if u:
         lines.append(f"10th-90th percentile of the peak on {u['cases']} held-out cases: {gib(u['total_p10'])} to "
                      f"{gib(u['total_p90'])} ({'fits' if u['fits_p90'] else 'over the card'} at the high end).")
