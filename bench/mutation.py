@@ -124,6 +124,9 @@ MUTATIONS: list[Mutation] = [
     _m("report-memory-verdict-ignores-host-ram", "output", "optimizer/report/plan.py",
        r"    if host_ok is not False:\n", "    if True:\n", REPORT_TESTS,
        "a configuration short of host RAM reads 'fits.' with only the confirm-with-provider line naming the RAM"),
+    _m("report-bound-not-rounded-down", "output", "optimizer/solve/planner.py",
+       r"units = max\(math\.ceil\(units - 1e-6\) - 1, 0\)", "units = units", REPORT_TESTS,
+       "a time-limited solve proves a bound of 7,608.70 CNY above its own plan's 7,608.69"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

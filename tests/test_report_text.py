@@ -61,3 +61,25 @@ def test_the_estimate_help_examples_show_configurations_that_fit(run_cli):
     for example in examples:
         args = [a.replace("scenarios/", f"{REPO}/scenarios/") for a in example.split()]
         assert run_cli(*args).exit_code == 0, example
+
+
+def test_a_proven_bound_is_money_and_never_above_the_plans_cost(run_cli):
+    # 70B stopped at once: the plan costs 1,124.12 USD = 7,608.69 CNY; CP-SAT's bound is 760,870 whole cents, which
+    # only proves every plan costs more than 760,869 cents (each plan's cents are rounded up): 7,608.69 CNY
+    text = _text(run_cli("solve", SEVENTY_B, "--time-limit", "0.001"))
+    plan = float(re.search(r"\(= ([\d,.]+) CNY\)", text).group(1).replace(",", ""))
+    bound = re.search(r"proven bound ([\d,.]+) CNY", text)
+    assert bound is not None and "," in bound.group(1)  # thousands separator, currency
+    assert float(bound.group(1).replace(",", "")) <= plan
+    doc = json.loads(run_cli("solve", SEVENTY_B, "--time-limit", "0.001", "--json").stdout)
+    assert doc["bound"]["unit"] == "CNY" and doc["bound"]["value"] <= doc["cost"]["budget_currency_total"]
+
+
+def test_bound_value_rounds_down_past_the_solvers_rounding_up():
+    from optimizer.inputs.schema import Objective
+    from optimizer.solve.planner import bound_value
+
+    # 760,870 cents -> above 760,869 cents; a fractional bound 760,869.2 means at least 760,870 whole cents
+    assert bound_value(760870, Objective.cost) == 7608.69 == bound_value(760869.2, Objective.cost)
+    # 17,000 s -> above 16,999 s = 4.7219 h -> 4.72 h; nothing below zero
+    assert bound_value(17000, Objective.time) == 4.72 and bound_value(0, Objective.cost) == 0.0

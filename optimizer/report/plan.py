@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from rich.console import Console
@@ -328,6 +329,16 @@ def _cost(est: Estimate) -> float:
     return c.budget_currency_total if c.budget_currency_total is not None else c.total
 
 
+def bound_text(value: float, currency: str, sc: Any) -> str:
+    """A proven lower bound written like the figure it bounds, rounded down: '7,608.69 CNY' or '35.2 h'.
+
+    Hours to a tenth, as the wall clock is printed (planner.bound_value has already rounded it down).
+    """
+    if sc.objective.value == "cost":
+        return f"{value:,.2f} {currency}"
+    return f"{math.floor(value * 10 + 1e-9) / 10:,.1f} h"
+
+
 def print_solve(result: SolveResult, console: Console) -> None:
     """Human-readable solve result."""
     sc = result.scenario
@@ -345,7 +356,7 @@ def print_solve(result: SolveResult, console: Console) -> None:
     elif result.best.status.value == "optimal":
         proof = "proven optimal by CP-SAT"
     else:
-        proof = f"best found within the time limit; proven bound {result.bound:g}"
+        proof = f"best found within the time limit; proven bound {bound_text(result.bound, result.currency, sc)}"
     console.print(f"Optimality: {proof}")
     if result.trade_off and result.trade_off["text"]:
         console.print(f"Trade-off: {escape(result.trade_off['text'])}")

@@ -411,7 +411,7 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
             alternatives.append(to_estimate(space, alt.index, cut_short(space, alt.status)))
     bound = None
     if out.bound is not None and out.status is Status.feasible:  # solver units (cents, seconds) -> cost or hours
-        bound = out.bound / 100.0 if sc.objective is Objective.cost else out.bound / 3600.0
+        bound = bound_value(out.bound, sc.objective)
     if space.searched is not None:  # a bound over the offers searched says nothing of the others
         bound = None
     with named_limits(source):
@@ -423,6 +423,19 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
     counts = (len(space.cand), space.enumerated)
     return SolveResult(sc, best, alternatives, top, None, space.currency, bound, *counts, launch, traded,
                        space.searched, top_k)  # fmt: skip
+
+
+def bound_value(units: float, objective: Objective) -> float:
+    """CP-SAT's proven bound in the solver's units (cents or seconds) as a cost or hours that no plan is below.
+
+    The solver counts each plan's cost in whole cents rounded up (and hours in whole seconds rounded up), so a bound
+    of B units proves only that every plan's cost is above B - 1 cents: that, rounded down to the cent (to the
+    hundredth of an hour), is the bound reported. It is never above the plan's own cost as printed.
+    """
+    units = max(math.ceil(units - 1e-6) - 1, 0)  # the objective is whole units: a fractional bound rounds up
+    if objective is Objective.cost:
+        return units / 100.0
+    return math.floor(units / 36.0 + 1e-9) / 100.0
 
 
 def trade_off(space: Space, limits: Limits, settings: SolverSettings, chosen: int) -> dict:

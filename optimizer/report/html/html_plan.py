@@ -197,7 +197,7 @@ def time_cost_section(doc: dict[str, Any], bound: dict[str, Any] | None = None) 
         lo, hi = money(uc["total_p10"], uc["currency"]), money(uc["total_p90"], uc["currency"])
         facts.append(("Bill, 10th-90th", f"{lo} to {hi}" + _holds("budget", uc.get("within_budget_p90"))))
     if bound:
-        proof = f"best found within the time limit; proven bound {bound['value']:g} {esc(bound['unit'])}"
+        proof = f"best found within the time limit; proven bound {bound['value']:,.2f} {esc(bound['unit'])}"
         facts.append(("Proof", proof))
     body.append(definitions(facts))
     if ut:
