@@ -15,8 +15,9 @@ For every default plan (the scenario's objective, risk and tolerance, as ``ftopt
 - ``kernel``: the plan asks for FlashAttention on a card of compute capability below 8.0 (not an MI300);
 - ``fp16_unwarned``: the plan trains in fp16 a model trained in bf16 (catalogs/models.yaml ``torch_dtype``) and
   says nothing about it in its notes;
-- ``not_p90``: the plan's peak at the 90th percentile of the memory model's held-out error is over the card
-  (``uncertainty.memory.fits_p90``); target at most 5% of plans; ``worst_run_cell`` (information) counts the plans
+- ``not_p90``: the plan's peak at the 90th percentile of the memory model's held-out error is over the card's
+  usable memory, capacity x (1 - headroom), what the solver plans against (``uncertainty.memory.fits_p90``);
+  target at most 5% of plans; ``worst_run_cell`` (information) counts the plans
   in a memory cell whose measured run peaked above the p90 and which are fitted at that run's ratio
   (``uncertainty.memory.worst_run_like_this``);
 - ``bad_trade``: objective cost and another plan meeting every limit takes at most half the hours for a bill less

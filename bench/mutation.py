@@ -127,6 +127,13 @@ MUTATIONS: list[Mutation] = [
     _m("report-bound-not-rounded-down", "output", "optimizer/solve/planner.py",
        r"units = max\(math\.ceil\(units - 1e-6\) - 1, 0\)", "units = units", REPORT_TESTS,
        "a time-limited solve proves a bound of 7,608.70 CNY above its own plan's 7,608.69"),
+    _m("uncertainty-fits-p90-whole-card", "uncertainty", "optimizer/models/uncertainty.py",
+       r"fits_p90=total_p90 <= m\.capacity \* \(1\.0 - scenario\.headroom\),", "fits_p90=total_p90 <= m.capacity,",
+       ["tests/test_uncertainty_headroom.py"],
+       "the band says 'fits at the high end too' beside a risk line that says the same peak is OVER the usable memory"),
+    _m("report-p90-advice-when-median-over", "output", "optimizer/report/plan.py",
+       r'elif m\.fits and risk is not None and risk\.level == "p50":', 'elif risk is not None and risk.level == "p50":',
+       ["tests/test_uncertainty_headroom.py"], "a configuration at 2,390% of its card is told risk: p90 would fix it"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

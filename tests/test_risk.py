@@ -15,7 +15,7 @@ import pytest
 from optimizer.inputs.schema import Status
 from optimizer.solve.planner import estimate_scenario, solve_scenario
 
-WARNING = "over the card's memory at the high end"
+WARNING = "over the usable memory at the high end"
 PACKED = {"catalog": "us", "headroom": 0.0, "plan": {"gpu": "RTX-4090"}}  # the cheapest plan packs a 24 GB card
 
 

@@ -16,12 +16,13 @@ A plan's band is the prediction scaled by those ratios:
     cost_pXX  = the offer's cheapest bill (optimizer.models.cost.bill) for hours_pXX, x cards
 
 Start-up and checkpoint time (``fixed``) are assumptions rather than scored predictions, so they are not scaled.
-Memory verdict: ``fits_p90`` compares the 90th-percentile peak with the card's capacity, not with the
-headroom-reduced capacity. Headroom is the planning margin the scenario puts on the *prediction*; the band is the
-model's error, so applying both would count the same uncertainty twice, and the advice "headroom 1 - 1/r_p90"
-(:func:`headroom_for_p90`) would never clear the warning. With that headroom every plan that fits has
-total x r_p90 <= capacity, so ``fits_p90`` holds. The band is the spread of past errors on a small set of cases,
-not a probability guarantee; the tests recompute the percentiles from the cases so the file cannot drift.
+Memory verdict: ``fits_p90`` compares the 90th-percentile peak with the card's usable memory, capacity x
+(1 - headroom): the one yardstick the solver plans against and the ``risk`` line prints (``RiskUse.usable``), so
+the band's verdict and the risk line never disagree. Under the default ``risk: p90`` every plan the solver picks
+has ``fits_p90``; under ``risk: p50`` one packed past 1 / r_p90 of the usable memory does not, and ``risk: p90``
+is what makes every plan allow for it (headroom shrinks both sides of the comparison alike, so it cannot). The
+band is the spread of past errors on a small set of cases, not a probability guarantee; the tests recompute the
+percentiles from the cases so the file cannot drift.
 """
 
 from __future__ import annotations
@@ -59,15 +60,6 @@ def ratio_quantiles(ratios: Sequence[float], method: str = "linear", tail: bool 
         outward = {True: math.floor(thousandths + 1e-6), False: math.ceil(thousandths - 1e-6)}
         out[key] = (outward[q < 0.5] if q != 0.5 else round(thousandths)) / 1000.0
     return out
-
-
-def headroom_for_p90(ratio_p90: float) -> float:
-    """The scenario headroom that makes every fitting plan fit at its 90th-percentile peak.
-
-    1 - 1 / r_p90, rounded up to the two decimals it is shown with, so that following the advice as printed clears
-    the warning (0 when r_p90 <= 1).
-    """
-    return math.ceil((1.0 - 1.0 / ratio_p90) * 100.0 - 1e-9) / 100.0 if ratio_p90 > 1.0 else 0.0
 
 
 def risk_ratio(band: Mapping[str, Any] | None, risk: str) -> float:
@@ -194,7 +186,7 @@ def band(est: Estimate, offer: Offer, fx: float, scenario: Scenario, accuracy: M
         ratio_p90=float(mem["ratio_p90"]),
         total_p10=int(round(m.total * float(mem["ratio_p10"]))),
         total_p90=total_p90,
-        fits_p90=total_p90 <= m.capacity,  # the band is the model's error: no headroom on top
+        fits_p90=total_p90 <= m.capacity * (1.0 - scenario.headroom),  # the usable memory the solver plans at
         published_run_like_this=mem_like,
         worst_run_like_this=None if worst is None else WorstRun(ratio=float(worst["ratio"]), case=str(worst["case"])),
     )

@@ -14,7 +14,6 @@ from optimizer.inputs.schema_plan import Estimate
 from optimizer.inputs.terminal import escape
 from optimizer.launch import exporters
 from optimizer.models.coverage import NO_P2P, NO_RUN, WORST_RUN, above_text
-from optimizer.models.uncertainty import headroom_for_p90
 from optimizer.report.measure import calibration_lines
 from optimizer.report.offer import renting_lines
 from optimizer.solve.explain import Relaxation
@@ -275,12 +274,10 @@ def uncertainty_lines(est: Estimate) -> list[str]:
     risk = u.risk
     if um.fits_p90:
         memory = "fits at the high end too"
-    elif risk is not None and risk.level == "p50":
-        memory = (f"over the card's memory at the high end (headroom: {headroom_for_p90(um.ratio_p90):.2f} in the "
-                  "scenario, or risk: p90, makes every plan allow for it)")
+    elif m.fits and risk is not None and risk.level == "p50":  # the median fits, the high end does not
+        memory = "over the usable memory at the high end (risk: p90 in the scenario makes every plan allow for it)"
     else:
-        memory = (f"over the card's memory at the high end (headroom: {headroom_for_p90(um.ratio_p90):.2f} in the "
-                  "scenario makes every plan allow for it)")
+        memory = "over the usable memory at the high end"
     if risk is not None:
         within = "within" if risk.total_at_risk <= risk.usable else "OVER"
         memory += (f"; planned at risk {risk.level}: peak x {risk.memory_ratio:g} = {_gib(risk.total_at_risk)} "

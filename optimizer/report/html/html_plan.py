@@ -137,8 +137,9 @@ def memory_section(doc: dict[str, Any], headroom: float | None) -> str:
         lines.append(f"Host RAM DOES NOT FIT: {gib(m['host_ram_needed'])} needed per node"
                      + (f", {gib(have)} on the node." if have is not None else "."))
     if u:
+        high = "fits" if u["fits_p90"] else "over the usable memory"
         lines.append(f"10th-90th percentile of the peak on {u['cases']} held-out cases: {gib(u['total_p10'])} to "
-                     f"{gib(u['total_p90'])} ({'fits' if u['fits_p90'] else 'over the card'} at the high end).")
+                     f"{gib(u['total_p90'])} ({high} at the high end).")
         if u.get("published_run_like_this") is False:
             lines.append(f"Evidence: {NO_RUN}.")
         worst = u.get("worst_run_like_this")
@@ -226,7 +227,7 @@ def why_lost(alt: dict[str, Any], best: dict[str, Any], objective: str, currency
         text += f" ({hours})" if dc > 0.005 else ""
     um = (alt.get("uncertainty") or {}).get("memory")
     if um and not um["fits_p90"]:
-        text += "; over the card at the 90th-percentile peak"
+        text += "; over the usable memory at the 90th-percentile peak"
     return text
 
 
