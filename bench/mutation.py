@@ -134,6 +134,9 @@ MUTATIONS: list[Mutation] = [
     _m("report-p90-advice-when-median-over", "output", "optimizer/report/plan.py",
        r'elif m\.fits and risk is not None and risk\.level == "p50":', 'elif risk is not None and risk.level == "p50":',
        ["tests/test_uncertainty_headroom.py"], "a configuration at 2,390% of its card is told risk: p90 would fix it"),
+    _m("explain-front-thinned-to-8", "explain", "optimizer/solve/explain_relax.py",
+       r"MAX_TRADEOFF_POINTS = 12 ", "MAX_TRADEOFF_POINTS = 8 ", REPORT_TESTS,
+       "the impossible job says 'of 9 plans on the front' and lists 8, leaving out a pair that admits a plan"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

@@ -83,3 +83,23 @@ def test_bound_value_rounds_down_past_the_solvers_rounding_up():
     assert bound_value(760870, Objective.cost) == 7608.69 == bound_value(760869.2, Objective.cost)
     # 17,000 s -> above 16,999 s = 4.7219 h -> 4.72 h; nothing below zero
     assert bound_value(17000, Objective.time) == 4.72 and bound_value(0, Objective.cost) == 0.0
+
+
+def _my_lora(tmp_path):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    path = tmp_path / "my-lora.yaml"
+    path.write_text(readme.split("# file: my-lora.yaml\n", 1)[1].split("```", 1)[0], encoding="utf-8")
+    return path
+
+
+def test_the_impossible_job_lists_every_front_point_pareto_has_each_rounded_up(run_cli, tmp_path):
+    # README step 5: 9 plans on the front; the message listed 8 ("of 9 plans on the front") and left one out
+    path = _my_lora(tmp_path)
+    text = _text(run_cli("solve", path, "--budget", "1", "--deadline-hours", "0.2"))
+    listed = re.findall(r"([\d,]+\.\d\d) USD / ([\d,]+\.\d\d) h", text.split("admits a plan:", 1)[1])
+    front = json.loads(run_cli("pareto", path, "--json").stdout)["points"]
+    assert len(listed) == len(front) == 9 and "each rounded up" in text
+    for (cost, hours), point in zip(listed, sorted(front, key=lambda p: -p["front"]["hours"]), strict=True):
+        # a limit rounded up to admit the plan: at or above pareto's nearest-rounded figure, by under a cent / 0.01 h
+        assert 0 <= float(cost) - point["front"]["cost"] < 0.0101
+        assert 0 <= float(hours) - point["front"]["hours"] < 0.0101

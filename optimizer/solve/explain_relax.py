@@ -34,7 +34,7 @@ from optimizer.solve.solver import Limits, SolverSettings, limits_from, seconds,
 from optimizer.solve.space import Space, build
 
 HOST_GIB_MAX = 1e6  # schema.Allow.max_host_memory_gib's upper bound
-MAX_TRADEOFF_POINTS = 8  # the message lists at most this many front points (both ends always)
+MAX_TRADEOFF_POINTS = 12  # the message lists every front point up to this many; beyond, this many (both ends)
 
 
 @dataclass(frozen=True)
@@ -168,11 +168,17 @@ def tradeoff(space: Space, limits: Limits, settings: SolverSettings) -> list[tup
 
 
 def tradeoff_text(points: list[tuple[float, float]], currency: str) -> str:
-    """'2,024.64 CNY / 332.51 h, ..., 9,130.00 CNY / 2.12 h' (at most MAX_TRADEOFF_POINTS, both ends kept)."""
+    """'2,024.64 CNY / 332.51 h, ..., 9,130.00 CNY / 2.12 h (each rounded up: ...)'.
+
+    Every point up to MAX_TRADEOFF_POINTS; beyond, that many (both ends kept) and the count says so. The figures are
+    limits to set, so they are rounded up (the cent, the hundredth of an hour: _money, hours_needed) and the text
+    says so: ftopt pareto prints the plans' own figures, rounded to nearest, a cent or 0.01 h lower at most.
+    """
     if len(points) > MAX_TRADEOFF_POINTS:
         picks = np.unique(np.linspace(0, len(points) - 1, MAX_TRADEOFF_POINTS).round().astype(int))
         shown = [points[int(i)] for i in picks]
-        more = f" (of {len(points)} plans on the front; ftopt pareto lists them all)"
+        more = f"{len(shown)} of the {len(points)} plans on the front, ftopt pareto lists them all; "
     else:
         shown, more = points, ""
-    return ", ".join(f"{c:,.2f} {currency} / {h:g} h" for c, h in shown) + more
+    return (", ".join(f"{c:,.2f} {currency} / {h:,.2f} h" for c, h in shown)
+            + f" ({more}each rounded up, as a limit must be to admit its plan)")
