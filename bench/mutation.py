@@ -137,6 +137,12 @@ MUTATIONS: list[Mutation] = [
     _m("explain-front-thinned-to-8", "explain", "optimizer/solve/explain_relax.py",
        r"MAX_TRADEOFF_POINTS = 12 ", "MAX_TRADEOFF_POINTS = 8 ", REPORT_TESTS,
        "the impossible job says 'of 9 plans on the front' and lists 8, leaving out a pair that admits a plan"),
+    _m("explain-advice-lora-to-lora", "explain", "optimizer/solve/explain.py",
+       r'"lora": "use qlora"\}', '"lora": "use lora/qlora", "qlora": "use lora/qlora"}',
+       REPORT_TESTS, "a LoRA job that fits no card is told to use LoRA"),
+    _m("explain-gib-without-separators", "explain", "optimizer/solve/explain.py",
+       r"the smallest needs \{need / 2\*\*30:,\.1f\}", "the smallest needs {need / 2**30:.1f}", REPORT_TESTS,
+       "24035.8 GiB per GPU beside 1,609 GiB elsewhere"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

@@ -103,3 +103,22 @@ def test_the_impossible_job_lists_every_front_point_pareto_has_each_rounded_up(r
         # a limit rounded up to admit the plan: at or above pareto's nearest-rounded figure, by under a cent / 0.01 h
         assert 0 <= float(cost) - point["front"]["cost"] < 0.0101
         assert 0 <= float(hours) - point["front"]["hours"] < 0.0101
+
+
+def test_nothing_fits_writes_gib_with_separators_and_suggests_only_what_changes_something(run_cli, tmp_path):
+    # seq_len 10,000,000 on the README's LoRA job: 24,035.8 GiB per GPU; it is lora already, so lora is no advice
+    path = _my_lora(tmp_path)
+    path.write_text(path.read_text(encoding="utf-8").replace("seq_len: 2048", "seq_len: 10000000"), encoding="utf-8")
+    text = _text(run_cli("solve", path))
+    assert "the smallest needs 24,035.8 GiB per GPU" in text and not re.search(r"\d{4}\.\d GiB", text)
+    assert text.rstrip().endswith("no GPU in the catalog fits: shorten seq_len or use qlora")
+
+
+def test_memory_advice_names_only_lighter_methods_and_the_pins_set(write_scenario):
+    from optimizer.inputs.catalog import load_scenario
+    from optimizer.solve.explain import memory_advice
+
+    full = load_scenario(write_scenario("f.yaml", method="full", lora=None, plan={"cards": 2, "offload": "none"}))
+    qlora = load_scenario(write_scenario("q.yaml", method="qlora"))
+    assert memory_advice(full) == "shorten seq_len, use lora or qlora or unpin cards, offload"
+    assert memory_advice(qlora) == "shorten seq_len"

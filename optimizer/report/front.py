@@ -79,7 +79,7 @@ def pareto_table(result: ParetoResult) -> Table:
         layout = f"tp{p.tp} dp{p.dp} Z{p.zero_stage}/{p.offload.value} mb{p.micro_batch} ck={p.checkpointing.value}"
         chosen = i == result.chosen
         table.add_row("*" if chosen else "", str(i), escape(p.gpu), str(p.cards), layout, f"{h:,.2f}", f"{c:,.2f}",
-                      f"{m.total / GIB:.0f}/{m.capacity / GIB:.0f}", style="bold" if chosen else None)  # fmt: skip
+                      f"{m.total / GIB:,.0f}/{m.capacity / GIB:,.0f}", style="bold" if chosen else None)  # fmt: skip
     return table
 
 

@@ -246,6 +246,18 @@ def setting_options(space: Space, catalog: Catalog, source: str, limits: Limits,
     return found
 
 
+def memory_advice(sc: Scenario) -> str:
+    """What to change when no card holds the job, only the changes that would change something.
+
+    Always a shorter seq_len; the lighter methods than the scenario's (full: lora or qlora; lora: qlora; qlora:
+    none); and unpinning only the pins the scenario sets among cards, zero_stage and offload.
+    """
+    lighter = {"full": "use lora or qlora", "lora": "use qlora"}.get(sc.method.value)
+    pinned = [k for k in ("cards", "zero_stage", "offload") if getattr(sc.plan, k) is not None]
+    steps = ["shorten seq_len", *([lighter] if lighter else []), *([f"unpin {', '.join(pinned)}"] if pinned else [])]
+    return (", ".join(steps[:-1]) + " or " + steps[-1]) if len(steps) > 1 else steps[0]
+
+
 def explain_memory(space: Space, catalog: Catalog, source: str, limits: Limits,
                    settings: SolverSettings) -> Relaxation:  # fmt: skip
     """Nothing fits: the smallest per-GPU need, the largest card offered and the GPUs that would fit."""
@@ -258,17 +270,17 @@ def explain_memory(space: Space, catalog: Catalog, source: str, limits: Limits,
     ratio = memory_risk(space.scenario, {"accuracy": space.accuracy})
     risk = space.scenario.risk.value
     # space.memory_ratios: a plan whose memory band is wider (its cell) is fitted at more than the overall ratio
-    at_risk = (f" ({need * ratio / 2**30:.1f} GiB or more at risk {risk}: x {ratio:g}, more where a plan's memory "
+    at_risk = (f" ({need * ratio / 2**30:,.1f} GiB or more at risk {risk}: x {ratio:g}, more where a plan's memory "
                "band is wider)" if ratio != 1 else "")  # fmt: skip
-    msg = (f"no configuration fits in memory: the smallest needs {need / 2**30:.1f} GiB per GPU{at_risk}, the largest "
-           f"offered "
-           f"card ({largest.id}) has {usable:.1f} GiB usable ({largest.memory_gib:g} GiB less "
+    msg = (f"no configuration fits in memory: the smallest needs {need / 2**30:,.1f} GiB per GPU{at_risk}, the "
+           f"largest offered "
+           f"card ({largest.id}) has {usable:,.1f} GiB usable ({largest.memory_gib:g} GiB less "
            f"{space.scenario.headroom:.0%} headroom)")  # fmt: skip
     engine = setting_options(space, catalog, source, limits, settings)
     if fit:
         msg += f"; GPUs that would fit (built-in offers): {', '.join(fit)}; set plan.gpu or allow.gpus to one of them"
     elif not engine:
-        msg += "; no GPU in the catalog fits: shorten seq_len, use lora/qlora, or unpin cards, zero_stage and offload"
+        msg += f"; no GPU in the catalog fits: {memory_advice(space.scenario)}"
     if engine:
         msg += f"; each of these alone gives a plan: {'; '.join(o.text for o in engine)}"
     return Relaxation(["memory"], msg, memory_needed_bytes=need, gpus_that_fit=fit, options=engine)
