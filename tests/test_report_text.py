@@ -122,3 +122,17 @@ def test_memory_advice_names_only_lighter_methods_and_the_pins_set(write_scenari
     qlora = load_scenario(write_scenario("q.yaml", method="qlora"))
     assert memory_advice(full) == "shorten seq_len, use lora or qlora or unpin cards, offload"
     assert memory_advice(qlora) == "shorten seq_len"
+
+
+def test_the_readme_walkthrough_explains_the_slow_end_line_its_first_plan_prints(run_cli, tmp_path):
+    # README step 1 explains "deadline MISSED" at the slow end and says risk_limits: true holds it there
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    path = _my_lora(tmp_path)
+    first = _text(run_cli("solve", path))
+    assert "1 x RTX-4090" in first and "one RTX 4090" in readme
+    assert "at the slow end: deadline MISSED, budget met; risk_limits: true chooses a plan that holds" in first
+    assert "at the slow end: deadline MISSED, budget met; risk_limits: true chooses a plan" in readme
+    path.write_text(path.read_text(encoding="utf-8") + "risk_limits: true\n", encoding="utf-8")
+    robust = _text(run_cli("solve", path))
+    assert "2 x L40S" in robust and "at the slow end: deadline met, budget met" in robust
+    assert "two L40S cards" in readme
