@@ -143,6 +143,12 @@ MUTATIONS: list[Mutation] = [
     _m("explain-gib-without-separators", "explain", "optimizer/solve/explain.py",
        r"the smallest needs \{need / 2\*\*30:,\.1f\}", "the smallest needs {need / 2**30:.1f}", REPORT_TESTS,
        "24035.8 GiB per GPU beside 1,609 GiB elsewhere"),
+    _m("report-no-plan-gpus-dropped", "output", "optimizer/report/plan.py",
+       r"    missing = no_plan_text\(result\.no_plan\)\n", "    missing = None\n", REPORT_TESTS,
+       "70B lists A100-80G as the only other GPU type; A800, H20 (host RAM) and H800 (no offer) vanish unexplained"),
+    _m("report-alternatives-in-report-currency", "output", "optimizer/report/plan.py",
+       r"            money_text\(est\),", '            f"{_cost(est):,.2f}",', REPORT_TESTS,
+       "the other GPU types' costs read in CNY under a plan whose Cost line reads USD"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

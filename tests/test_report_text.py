@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 
+import yaml
+
 from tests.conftest import REPO
 
 SEVENTY_B = REPO / "scenarios" / "70b.yaml"
@@ -136,3 +138,33 @@ def test_the_readme_walkthrough_explains_the_slow_end_line_its_first_plan_prints
     robust = _text(run_cli("solve", path))
     assert "2 x L40S" in robust and "at the slow end: deadline met, budget met" in robust
     assert "two L40S cards" in readme
+
+
+def test_other_gpu_types_read_in_the_plans_currencies_and_the_missing_ones_are_named(run_cli, tmp_path):
+    # 70B: the plan is on a USD offer (Cost: ... USD (= ... CNY)); A100-80G's best is also billed in USD; A800-80G
+    # and H20 fit their cards on cn offers whose nodes lack the host RAM; no catalog offers the H800
+    result = run_cli("solve", SEVENTY_B, "--html", tmp_path / "s.html")
+    text = _text(result)
+    table = text.split("Best plan on each other GPU type", 1)[1]
+    assert re.search(r"A100-80G .*? [\d,]+\.\d\d USD \(= [\d,]+\.\d\d CNY\)", table)
+    assert "cost (CNY)" not in table
+    line = ("No plan on the other allowed GPU types: A800-80G, H20 (configurations that fit their cards need more "
+            "host RAM than their nodes have); H800 (no offer in the catalog)")
+    assert line in text
+    assert line.replace("(", "").replace(")", "")[:60] in (tmp_path / "s.html").read_text(encoding="utf-8").replace(
+        "(", "").replace(")", "")  # the page says it too
+
+
+def test_no_plan_reasons_name_the_limits_when_candidates_exist(tmp_path):
+    from optimizer.solve.planner import solve_scenario
+
+    # a budget that only the cheapest GPU type meets: the others have candidates but none within the limits
+    doc = yaml.safe_load((REPO / "scenarios" / "7b-lora.yaml").read_text(encoding="utf-8"))
+    first = solve_scenario(REPO / "scenarios" / "7b-lora.yaml")
+    doc["budget"] = {"amount": round(first.best.cost.total * 1.001, 2), "currency": first.best.cost.currency}
+    doc["allow"] = {"gpus": [first.best.plan.gpu, *sorted({a.plan.gpu for a in first.alternatives})[:2]]}
+    path = tmp_path / "tight.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    result = solve_scenario(path)
+    others = set(doc["allow"]["gpus"]) - {result.best.plan.gpu} - {a.plan.gpu for a in result.alternatives}
+    assert others and {gpu: "limits" for gpu in others} == dict(result.no_plan)

@@ -17,7 +17,7 @@ from optimizer.models.coverage import NO_P2P, NO_RUN, WORST_RUN, above_text
 from optimizer.report.measure import calibration_lines
 from optimizer.report.offer import renting_lines
 from optimizer.solve.explain import Relaxation
-from optimizer.solve.planner import SolveResult
+from optimizer.solve.planner import NO_PLAN_WHY, SolveResult
 
 __all__ = ["write_atomic"]  # re-exported for the CLI
 
@@ -303,7 +303,7 @@ def uncertainty_lines(est: Estimate) -> list[str]:
 def alternatives_table(result: SolveResult) -> Table:
     """The best plan on each other GPU type, for comparison."""
     table = Table(title="Best plan on each other GPU type", show_edge=False)
-    for col in ("gpu", "cards", "layout", "hours", f"cost ({result.currency})", "per-GPU memory"):
+    for col in ("gpu", "cards", "layout", "hours", "cost", "per-GPU memory"):
         table.add_column(col, justify="right" if col not in ("gpu", "layout") else "left")
     for est in sorted(result.alternatives, key=lambda e: (_cost(e), e.plan.gpu if e.plan else "")):
         p, m, t = est.plan, est.memory, est.time
@@ -314,10 +314,34 @@ def alternatives_table(result: SolveResult) -> Table:
             str(p.cards),
             layout,
             f"{t.hours:,.1f}",
-            f"{_cost(est):,.2f}",
+            money_text(est),
             f"{_gib(m.total)} / {_gib(m.capacity)}",
         )
     return table
+
+
+def money_text(est: Estimate) -> str:
+    """A plan's bill as its Cost line writes it: '1,124.12 USD (= 7,608.69 CNY)', or '10,998.27 CNY'.
+
+    The offer's currency first and the report currency beside it when they differ, so a plan and the plans it is
+    compared with read in the same currencies.
+    """
+    c = est.cost
+    assert c is not None
+    if c.budget_currency_total is None:
+        return f"{c.total:,.2f} {c.currency}"
+    return f"{c.total:,.2f} {c.currency} (= {c.budget_currency_total:,.2f} {c.budget_currency})"
+
+
+def no_plan_text(no_plan: list[tuple[str, str]] | None) -> str | None:
+    """'No plan on the other allowed GPU types: A800-80G, H20, H800 (configurations that fit ...)', reasons grouped."""
+    if not no_plan:
+        return None
+    groups: dict[str, list[str]] = {}
+    for gpu, why in no_plan:
+        groups.setdefault(why, []).append(gpu)
+    parts = [f"{', '.join(gpus)} ({NO_PLAN_WHY[why]})" for why, gpus in groups.items()]
+    return f"No plan on the other allowed GPU types: {'; '.join(parts)}"
 
 
 def _cost(est: Estimate) -> float:
@@ -358,12 +382,15 @@ def print_solve(result: SolveResult, console: Console) -> None:
     if result.trade_off and result.trade_off["text"]:
         console.print(f"Trade-off: {escape(result.trade_off['text'])}")
     for i, est in enumerate(result.top[1:], start=2):
-        console.print(f"#{i}: {escape(_plan_line(est))}; {est.time.hours:,.1f} h; {_cost(est):,.2f} {result.currency}")  # type: ignore[union-attr]
+        console.print(f"#{i}: {escape(_plan_line(est))}; {est.time.hours:,.1f} h; {money_text(est)}")  # type: ignore[union-attr]
     if result.launch:
         console.print("[bold]Launch settings[/bold] (write them with --launch-dir):")
         console.print(escape(launch_text(result.launch)), highlight=False)
     if result.alternatives:
         console.print(alternatives_table(result))
+    missing = no_plan_text(result.no_plan)
+    if missing:
+        console.print(escape(missing))
 
 
 def print_estimate(est: Estimate, console: Console) -> None:

@@ -91,6 +91,9 @@ class SolveResult:
     trade_off: dict | None = None  # what the scenario's tolerance traded (trade_off)
     searched: tuple[int, int] | None = None  # (offers evaluated, offers) when the time limit cut the build short
     top_k: int = 1  # the plans asked for (--top): top holds at most this many
+    # the allowed GPU types with no plan beside the best one, each with why (no_plan_reasons); empty when the time
+    # limit cut the search short (the GPUs not searched prove nothing)
+    no_plan: list[tuple[str, str]] | None = None
 
 
 def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scenario, Catalog, str]:
@@ -409,6 +412,8 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
         alt = _solve_quietly(space, sc.objective, limits, remaining(settings, deadline), own, sc.tolerance)
         if alt.index is not None:
             alternatives.append(to_estimate(space, alt.index, cut_short(space, alt.status)))
+    no_plan = no_plan_reasons(space, limits, {best.plan.gpu, *(a.plan.gpu for a in alternatives if a.plan)},
+                              set(gpu_of[admits].tolist()))  # fmt: skip
     bound = None
     if out.bound is not None and out.status is Status.feasible:  # solver units (cents, seconds) -> cost or hours
         bound = bound_value(out.bound, sc.objective)
@@ -422,7 +427,35 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
                              int(kept) if kept is not None else None)  # fmt: skip
     counts = (len(space.cand), space.enumerated)
     return SolveResult(sc, best, alternatives, top, None, space.currency, bound, *counts, launch, traded,
-                       space.searched, top_k)  # fmt: skip
+                       space.searched, top_k, no_plan)  # fmt: skip
+
+
+NO_PLAN_WHY = {
+    "limits": "none within the scenario's budget, deadline and other limits",
+    "host_ram": "configurations that fit their cards need more host RAM than their nodes have",
+    "memory": "no configuration fits in their memory",
+    "offer": "no offer in the catalog",
+}
+
+
+def no_plan_reasons(space: Space, limits: Limits, planned: set[str], admitted: set[str]) -> list[tuple[str, str]]:
+    """(GPU id, reason key of NO_PLAN_WHY) for each allowed GPU type without a plan, in id order.
+
+    Allowed: allow.gpus, else every GPU the catalog offers. The reason is the first that applies: candidates that
+    pass the allow-lists and caps exist but none meets budget and deadline (limits); some configuration fits its
+    card but not its node's host RAM (host_ram); the catalog offers it but nothing fits (memory); it has no offer.
+    Empty when the time limit cut the search short: the offers not searched say nothing.
+    """
+    if space.searched is not None:
+        return []
+    offered = {o.gpu for o in space.offers}
+    allowed = set(limits.gpus) if limits.gpus is not None else offered
+    out = []
+    for gid in sorted(allowed - planned):
+        why = ("limits" if gid in admitted else "host_ram" if gid in space.ram_short_gpus
+               else "memory" if gid in offered else "offer")  # fmt: skip
+        out.append((gid, why))
+    return out
 
 
 def bound_value(units: float, objective: Objective) -> float:

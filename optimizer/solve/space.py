@@ -144,6 +144,8 @@ class Space:
     budget_total: np.ndarray | None = None  # risk_limits: the bill at the slow end, checked against the budget
     # (offers evaluated, offers) when a deadline cut the build short (build): the candidates omit the rest
     searched: tuple[int, int] | None = None
+    # GPU ids with a configuration that fits its card but not its node's host RAM (build): a report names them
+    ram_short_gpus: frozenset[str] = frozenset()
     # what the solver derives once from the candidates (solver.columns), reused by every solve of this space
     solver_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -871,7 +873,8 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
     return Space(job, scenario, offers, gpus, currency, fx, cand, totals, bills_out, enumerated, fitting, need,
                  catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"), hosts_cal,
                  closest_ram_short(*(np.concatenate(c) for c in zip(*short, strict=True)), offers) if short else None,
-                 budget_total, searched=searched)  # fmt: skip
+                 budget_total, searched=searched,
+                 ram_short_gpus=frozenset(offers[int(o)].gpu for part in short for o in part[3]))  # fmt: skip
 
 
 def fx_rates(catalog: Catalog, offers: list[Offer], currency: str, source: str) -> list[float]:

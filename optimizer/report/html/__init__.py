@@ -16,7 +16,7 @@ from optimizer.report.html.html_batch import batch_section
 from optimizer.report.html.html_front import front_section
 from optimizer.report.html.html_portfolio import portfolio_sections, windows_of
 from optimizer.report.html.html_shell import page
-from optimizer.report.plan import estimate_json, solve_json
+from optimizer.report.plan import estimate_json, no_plan_text, solve_json
 
 __all__ = ["batch_page", "estimate_page", "pareto_page", "portfolio_page", "solve_page", "write_page"]
 
@@ -38,7 +38,8 @@ def solve_page(result: Any) -> str:
         return page(str(sc.name), subtitle, "solve", explained)
     alts = [estimate_json(e) for e in result.alternatives]
     sections = [*plan_sections(doc, sc.headroom),
-                sec.alternatives_section(doc, alts, sc.objective.value, result.currency)]  # fmt: skip
+                sec.alternatives_section(doc, alts, sc.objective.value, result.currency,
+                                         no_plan_text(result.no_plan))]  # fmt: skip
     return page(str(sc.name), subtitle, "solve", sections)
 
 

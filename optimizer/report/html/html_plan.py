@@ -231,8 +231,12 @@ def why_lost(alt: dict[str, Any], best: dict[str, Any], objective: str, currency
     return text
 
 
-def alternatives_section(best: dict[str, Any], alts: Sequence[dict[str, Any]], objective: str, currency: str) -> str:
-    """Alternatives: the best plan on each other GPU type, sortable, with why it lost."""
+def alternatives_section(best: dict[str, Any], alts: Sequence[dict[str, Any]], objective: str, currency: str,
+                         no_plan: str | None = None) -> str:  # fmt: skip
+    """Alternatives: the best plan on each other GPU type, sortable, with why it lost.
+
+    Then the allowed GPU types without a plan and why (``no_plan``: report/plan.py no_plan_text).
+    """
     if best.get("plan") is None:
         return ""
     rows = []
@@ -247,8 +251,9 @@ def alternatives_section(best: dict[str, Any], alts: Sequence[dict[str, Any]], o
             f"why it lost (objective {objective})")  # fmt: skip
     intro = ("<p>The best plan on each other GPU type that has one within the limits; click a column to sort.</p>"
              if rows else "<p>No other GPU type has a plan within the limits.</p>")  # fmt: skip
-    return section("alternatives", "Alternatives", intro + (table(head, rows, ident="alternatives-table",
-                                                                   sortable=True) if rows else ""))  # fmt: skip
+    listed = table(head, rows, ident="alternatives-table", sortable=True) if rows else ""
+    missing = f"<p>{esc(no_plan)}.</p>" if no_plan else ""
+    return section("alternatives", "Alternatives", intro + listed + missing)
 
 
 def explanation_section(expl: dict[str, Any]) -> str:
