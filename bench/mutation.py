@@ -330,9 +330,9 @@ MUTATIONS: list[Mutation] = [
        "if arch.heads % tp or", ["tests/test_survivors.py", "tests/test_batch_grid.py", "tests/test_solver_oracle.py"],
        "tp must divide the KV heads"),
     _m("space-fit-filter-dropped", "space", SPACE,
-       r"fits = \(at_risk <= usable\) & \(peak > 0\)", "fits = peak > 0",
+       r"card = \(at_risk <= usable\) & \(peak > 0\)", "card = peak > 0",
        ["tests/test_scenarios.py", "tests/test_solver_oracle.py"], "plans that do not fit are kept"),
-    _m("space-host-limit-ignored", "space", SPACE, r'fits &= mem\["cpu_offload"\] <= host_gib \* 2\*\*30',
+    _m("space-host-limit-ignored", "space", SPACE, r'capped = mem\["cpu_offload"\] > host_gib \* 2\*\*30',
        "pass", ["tests/test_scenarios.py"], "allow.max_host_memory_gib ignored"),
     # ---- launch (patterns searched in launch.py or the launch/ package)
     _m("launch-hf-ga-times-dp", "launch", LAUNCH_FILES,
