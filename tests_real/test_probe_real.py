@@ -24,15 +24,15 @@ SCENARIO = REPO / "scenarios" / "7b-lora.yaml"
 TIMEOUT_S = 600
 
 
-def _run(*args: str | Path, cwd: Path = REPO) -> subprocess.CompletedProcess:
+def _run(*args: str | Path, cwd: Path = REPO, code: int = 0) -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=cwd,
                           timeout=TIMEOUT_S)  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == code, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
 
-def _ftopt(*args: str | Path) -> subprocess.CompletedProcess:
-    return _run("-c", "from optimizer.cli.commands import main; main()", *args)
+def _ftopt(*args: str | Path, code: int = 0) -> subprocess.CompletedProcess:
+    return _run("-c", "from optimizer.cli.commands import main; main()", *args, code=code)
 
 
 def _tiny_probe(scenario: Path, out: Path) -> Path:
@@ -64,11 +64,12 @@ def test_probe_tiny_writes_a_measurement_in_the_case_schema(tiny_measurement: Pa
 
 
 def test_calibrate_accepts_the_probe_output_and_does_not_fit_a_cpu_run(tiny_measurement: Path, tmp_path: Path):
-    done = _ftopt("calibrate", tiny_measurement, "-o", tmp_path / "cal.yaml", "--json")
+    # nothing to fit: the report, exit 1 and no overlay file (an overlay without a group would change nothing)
+    done = _ftopt("calibrate", tiny_measurement, "-o", tmp_path / "cal.yaml", "--json", code=1)
     doc = json.loads(done.stdout)
     (row,) = doc["measurements"]
     assert row["used"] is False and row["note"].startswith("not used: measured on the CPU")
-    assert doc["overlay"]["time"] == [] and (tmp_path / "cal.yaml").is_file()
+    assert doc["overlay"]["time"] == [] and not (tmp_path / "cal.yaml").exists() and "nothing to fit" in done.stderr
 
 
 TRAINER = """
@@ -103,7 +104,7 @@ def test_calibrate_accepts_trainer_state_from_a_real_hf_trainer_run(tmp_path: Pa
     scenario = tmp_path / "run.yaml"
     scenario.write_text(yaml.safe_dump(RUN_SCENARIO, sort_keys=False))
     done = _ftopt("calibrate", tmp_path / "trainer_state.json", "--scenario", scenario, "-o", tmp_path / "cal.yaml",
-                  "--json")  # fmt: skip
+                  "--json", code=1)  # fmt: skip (its only measurement is not fitted: nothing to fit, exit 1)
     (row,) = json.loads(done.stdout)["measurements"]
     # 4 steps of 2 sequences of 32 tokens: tokens/s per GPU = train_samples_per_second x 32 / 1 card
     final = next(e for e in state["log_history"] if "train_runtime" in e)
