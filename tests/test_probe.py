@@ -91,6 +91,17 @@ def test_the_price_of_a_ten_percent_time_error_is_shown(probe_7b):
     assert line.startswith(f"probe: 1 x {probe.plan.plan.gpu} for ")
 
 
+def test_a_time_error_worth_nothing_says_why_and_no_checkpointing_reads_as_words(tmp_path: Path):
+    # 14B LoRA on 8 x A800 by the hour: 10% more compute stays inside the hours billed; it printed "worth 0.00 CNY"
+    # beside a 20.60 CNY trial, and "none checkpointing"
+    probe = probe_scenario(REPO / "scenarios" / "14b-lora.yaml", tmp_path)
+    lines = probe.lines()
+    assert probe.worth == 0 and "worth 0.00 CNY (the longer run stays inside the billing units already paid)" in " ".join(
+        " ".join(lines).split())
+    if probe.plan.plan.checkpointing.value == "none":
+        assert "no checkpointing" in lines[0] and "none checkpointing" not in " ".join(lines)
+
+
 def test_the_probe_writes_its_script_and_config(tmp_path: Path):
     probe_scenario(SEVEN_B, tmp_path)
     assert (tmp_path / "probe.py").read_text() == Path(probe_script.__file__).read_text()

@@ -81,11 +81,12 @@ class Probe:
         out = [
             f"Plan for {self.scenario}: {p.cards} x {p.gpu} ({p.offer}), dp {p.dp}, "
             f"ZeRO {p.zero_stage}/{p.offload.value}, micro-batch {p.micro_batch}, "
-            f"{p.checkpointing.value} checkpointing, {p.precision.value}; "
+            f"{'no' if p.checkpointing.value == 'none' else p.checkpointing.value} checkpointing, {p.precision.value}; "
             f"{self.plan.cost.total:,.2f} {self.plan.cost.currency}",
             f"probe: {t.plan.cards} x {t.plan.gpu} for {minutes:,.0f} min ({self.warmup} warm-up + {self.steps} "
             f"measured steps of {t.time.step_seconds:.2f} s), {t.cost.total:,.2f} {cur} {billing}; "
-            f"a {TIME_ERROR:.0%} time error on this plan is worth {self.worth:,.2f} {self.plan.cost.currency}",
+            f"a {TIME_ERROR:.0%} time error on this plan is worth {self.worth:,.2f} {self.plan.cost.currency}"
+            + (" (the longer run stays inside the billing units already paid)" if self.worth == 0 else ""),
         ]
         if band is not None:
             out.append(f"  the plan's cost band today (10th-90th percentile): {band.cost.total_p10:,.2f}-"
