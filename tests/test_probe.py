@@ -96,8 +96,8 @@ def test_a_time_error_worth_nothing_says_why_and_no_checkpointing_reads_as_words
     # beside a 20.60 CNY trial, and "none checkpointing"
     probe = probe_scenario(REPO / "scenarios" / "14b-lora.yaml", tmp_path)
     lines = probe.lines()
-    assert probe.worth == 0 and "worth 0.00 CNY (the longer run stays inside the billing units already paid)" in " ".join(
-        " ".join(lines).split())
+    text = " ".join(" ".join(lines).split())
+    assert probe.worth == 0 and "worth 0.00 CNY (the longer run stays inside the billing units already paid)" in text
     if probe.plan.plan.checkpointing.value == "none":
         assert "no checkpointing" in lines[0] and "none checkpointing" not in " ".join(lines)
 
