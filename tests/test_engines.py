@@ -246,3 +246,25 @@ def test_a_pinned_precision_the_launch_files_cannot_train_in_is_refused(write_sc
         assert "plan.precision" in done.stderr and f"not {precision}" in done.stderr
     else:
         assert done.exit_code in (0, 1), done.stderr
+
+
+@pytest.mark.parametrize("changes,field,says", [
+    # Liger reads lm_head.weight, PEFT's LoRA layer returns its base weight there: the adapter would never train
+    ({"lora": {"rank": 16, "alpha": 32, "targets": ["all-linear", "lm_head"]}}, "lora.targets", "lm_head with"),
+    # starcoder2 is not among the model types Liger patches: the full logits would come back
+    ({"model": {"name": "sc2-7b", "layers": 32, "hidden": 4608, "intermediate": 18432, "heads": 36, "kv_heads": 4,
+                "vocab": 49152, "model_type": "starcoder2"}}, "training.loss", "model_type starcoder2"),
+    ({"model": {"name": "no-type", "layers": 32, "hidden": 4096, "intermediate": 14336, "heads": 32, "kv_heads": 8,
+                "vocab": 32000}}, "training.loss", "no model_type (set model.model_type)"),
+])  # fmt: skip
+def test_the_fused_loss_is_refused_where_liger_cannot_run_it_as_priced(write_scenario, run_cli, changes, field, says):
+    training = {"framework": "hf", "optimizer": "adamw", "loss": "fused"}
+    done = run_cli("solve", write_scenario(training=training, **changes))
+    assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert f"{field}: " in done.stderr and says in done.stderr
+
+
+def test_the_fused_loss_runs_on_a_llama_with_attention_targets(write_scenario, run_cli):
+    training = {"framework": "hf", "optimizer": "adamw", "loss": "fused"}
+    done = run_cli("solve", write_scenario(training=training, model="Llama-3.1-8B"))
+    assert done.exit_code in (0, 1), done.stderr

@@ -164,3 +164,11 @@ def test_the_loss_the_memory_is_priced_with_is_asked_for_or_its_absence_said():
     nemo = launch_settings(_scenario(method="full", framework="nemo", sharding=None, loss="fused"),
                            _plan(zero_stage=1), 8)  # fmt: skip
     assert any(n.startswith("loss fused: priced as asked") for n in nemo["notes"])
+
+
+def test_axolotl_fp8_under_fsdp_leaves_cpu_ram_efficient_loading_off():
+    # accelerate raises at Accelerator() for torchao fp8 with FSDP2 and cpu_ram_efficient_loading (accelerator.py)
+    fp8 = launch_settings(_scenario(method="full", sharding="fsdp"), _plan(precision="fp8", gpu="H100-SXM"), 8)
+    assert fp8["axolotl.yaml"]["fp8"] is True and "cpu_ram_efficient_loading" not in fp8["axolotl.yaml"]["fsdp_config"]
+    bf16 = launch_settings(_scenario(method="full", sharding="fsdp"), _plan(), 8)
+    assert bf16["axolotl.yaml"]["fsdp_config"]["cpu_ram_efficient_loading"] is True

@@ -532,7 +532,8 @@ class Training(Strict):
     )
     loss: Loss = Field(
         Loss.auto,
-        description="cross-entropy implementation; auto takes the framework default (sizes the logits buffer)",
+        description="cross-entropy implementation; auto takes the framework default (sizes the logits buffer); "
+        "fused under hf is Liger's fused linear cross-entropy: model types Liger patches, no lm_head adapter",
     )
     base_bits: Literal[16, 8, 4] | None = Field(
         None, description="frozen base bits; default 16 (lora), 4 (qlora); qlora takes 4 or 8, full only 16"

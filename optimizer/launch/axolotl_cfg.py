@@ -105,8 +105,10 @@ def fsdp_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
         "state_dict_type": "SHARDED_STATE_DICT",
         "activation_checkpointing": full and plan.checkpointing is not Checkpointing.none,
     }
-    # FSDP2 refuses cpu_ram_efficient_loading with a 4-bit base (Axolotl validation); otherwise rank 0 reads
-    if scenario.frozen_base_bits != 4:
+    # FSDP2 refuses cpu_ram_efficient_loading with a 4-bit base (Axolotl validation), and accelerate with torchao
+    # fp8 (accelerator.py: "torchao with FSDP2 and cpu_ram_efficient_loading is not supported"; Axolotl's fp8: true
+    # is torchao's); otherwise rank 0 reads
+    if scenario.frozen_base_bits != 4 and plan.precision is not Precision.fp8:
         out["cpu_ram_efficient_loading"] = True
     return out
 

@@ -39,7 +39,8 @@ ZERO3_LOADING = (
 )
 
 FP8_HF = (
-    "fp8: axolotl.yaml trains the fp8 matmuls this plan is priced with (fp8: true, torchao float8 on top of bf16); "
+    "fp8: axolotl.yaml trains the fp8 matmuls this plan is priced with (fp8: true, torchao float8 on top of bf16; "
+    "under FSDP every rank then reads the checkpoint, as accelerate refuses torchao with cpu_ram_efficient_loading); "
     "TrainingArguments, ds_config.json and LLaMA-Factory have no fp8 switch, so those files train in bf16, slower "
     "than priced (pin precision: bf16 for a plan they launch as priced)"
 )

@@ -18,7 +18,9 @@ from optimizer.inputs.catalog import Catalog
 from optimizer.inputs.schema import (
     Checkpointing,
     Framework,
+    Loss,
     Method,
+    ModelArch,
     Offload,
     OptimizerKernel,
     OptimizerName,
@@ -139,6 +141,29 @@ def offload_refusal(scenario: Scenario, rule: OffloadRule, engine: str,
         return None
     return ("plan.offload", f"{engine} offloads (fsdp_cpu_offload) only on {rule.min_dp} or more data-parallel "
             f"ranks, and plan.cards {pins.cards} gives {dp}: allowed: offload none, or more cards")  # fmt: skip
+
+
+def fused_loss_refusal(scenario: Scenario, arch: ModelArch, catalog: Catalog) -> tuple[str, str] | None:
+    """(field, problem) when Liger's fused loss (hf ``training.loss: fused``) cannot run the scenario as priced.
+
+    - A LoRA adapter on ``lm_head``: Liger's fused linear cross-entropy reads the output layer's ``weight`` (e.g.
+      liger_kernel/transformers/model/llama.py ``lm_head_weight=lm_head.weight``), and PEFT's LoRA layer returns its
+      frozen base weight there (peft tuners_utils.py ``weight``), so the adapter would be priced and never train.
+    - A model type Liger does not patch (``frameworks.liger_model_types``): the libraries log and keep the full
+      logits the plan's memory left out; an architecture without a model_type cannot be checked.
+    """
+    if scenario.training.framework is not Framework.hf or scenario.training.loss is not Loss.fused:
+        return None
+    spec = scenario.lora_spec
+    if scenario.method is not Method.full and spec is not None and "lm_head" in [str(t) for t in spec.targets]:
+        return ("lora.targets", "lm_head with training.loss fused: Liger's fused loss reads lm_head.weight directly, "
+                "so an adapter there would never train; allowed: drop lm_head, or training.loss standard")  # fmt: skip
+    types = catalog.calibration.get("frameworks", {}).get("liger_model_types")
+    if types is None or arch.model_type in types:
+        return None
+    which = f"model_type {arch.model_type}" if arch.model_type else "no model_type (set model.model_type)"
+    return ("training.loss", f"fused is Liger's fused loss, which patches {len(types)} model types "
+            f"(calibration frameworks.liger_model_types); {arch.name} has {which}: allowed: standard")  # fmt: skip
 
 
 def _or(items: list) -> str:

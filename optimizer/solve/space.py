@@ -36,6 +36,7 @@ from optimizer.models.engines import (
     OffloadRule,
     capabilities,
     checkpointing_levels,
+    fused_loss_refusal,
     half_precision_fallback,
     offload_refusal,
     offload_rule,
@@ -628,7 +629,8 @@ def engine_capabilities(scenario: Scenario, catalog: Catalog, arch: Any, source:
     refused = scenario_refusals(scenario, cap) + plan_refusals(
         scenario, cap, tp, pins.pp or 1, pins.grad_accum, pins.checkpointing
     )
-    refused += [r for r in (chunks_refusal(scenario, arch.layers, catalog.calibration), qlora_refusal(scenario)) if r]
+    refused += [r for r in (chunks_refusal(scenario, arch.layers, catalog.calibration), qlora_refusal(scenario),
+                            fused_loss_refusal(scenario, arch, catalog)) if r]  # fmt: skip
     if refused:
         raise InputError(source, *refused[0])
     return cap
