@@ -178,9 +178,11 @@ def with_overheads(job: Job, cfg: Configs, t: dict[str, np.ndarray], offers: lis
         return out
     train = job.steps * t["step_seconds"]
     ckpt = overheads.checkpoint_bytes(job, cfg, hosts)
-    save = overheads.save_seconds(ckpt, nodes, disk_write_bytes_per_s(offers, offer_idx, hosts))
+    disk = disk_write_bytes_per_s(offers, offer_idx, hosts)
+    save = overheads.save_seconds(ckpt, nodes, disk)
     start = overheads.startup_seconds(nodes, float(timing["startup_seconds"]),
                                       float(hosts["startup_seconds_per_node_doubling"]))  # fmt: skip
+    start = start + overheads.model_write_seconds(job, disk)  # the model on each node's disk (grows with P)
     mtbi = interruptions.job_mtbi_s(np.full(n, float(hosts["on_demand_gpu_mtbi_hours"])), cfg.cards)
     if job.checkpoint_every_hours:
         interval = np.full(n, float(job.checkpoint_every_hours) * 3600.0)

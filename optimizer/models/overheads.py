@@ -7,7 +7,7 @@ around the steps (arrays of shape (n,), seconds unless named otherwise):
     save   = ckpt / nodes / disk_write                         # nodes write their shards in parallel
     every  = scenario's every_h, else sqrt(2 save M)           # Young/Daly interval for on-demand failures
     saves  = floor(train / every) + 1                          # periodic saves plus the final one
-    start  = startup x 1 + per_doubling x log2(nodes)          # one node's start-up, growing with the node count
+    start  = startup + per_doubling x log2(nodes) + 2 P / disk   # framework start, rendezvous, the model on disk
     lost   = train / M x (start + save + min(every, train) / 2)  # expected failures x (restart + half an interval)
     hours  = (train + saves x save + start + lost) / 3600
 
@@ -47,6 +47,18 @@ def save_seconds(ckpt_bytes: np.ndarray, nodes: np.ndarray, disk_bytes_per_s: np
 def startup_seconds(nodes: np.ndarray, base_s: float, per_doubling_s: float) -> np.ndarray:
     """Start-up of the whole job, (n,): base_s + per_doubling_s x log2(nodes) (1 node: base_s)."""
     return base_s + per_doubling_s * np.log2(np.maximum(nodes, 1).astype(np.float64))
+
+
+def model_write_seconds(job: Job, disk_bytes_per_s: np.ndarray) -> np.ndarray:
+    """Seconds to put the published 16-bit model on a node's local disk once, (n,): 2 P / disk write rate.
+
+    Every node downloads the whole model (a QLoRA base too: it is quantised as it loads, :func:`disk_need_bytes`)
+    and writes it to its own disk, the nodes side by side; the download itself is taken to be no slower (no offer
+    states its network rate), so this is a lower bound that grows with the model where the fixed start-up
+    (``timing.startup_seconds``) does not: 16 GB for an 8B model, 810 GB for a 405B one. A restart after a failure
+    pays it again (a replacement node starts empty).
+    """
+    return job.arch.total_params * 2.0 / disk_bytes_per_s
 
 
 def saves_count(train_s: np.ndarray, every_h: float | np.ndarray) -> np.ndarray:
