@@ -158,6 +158,9 @@ MUTATIONS: list[Mutation] = [
     _m("axolotl-fp8-cpu-ram-efficient-loading", "launch", "optimizer/launch/axolotl_cfg.py",
        r" and plan\.precision is not Precision\.fp8:", ":", ["tests/test_launch_review.py"],
        "an hf fp8 FSDP plan's axolotl.yaml stops at Accelerator(): torchao with cpu_ram_efficient_loading"),
+    _m("startup-model-write-dropped", "timing", "optimizer/models/hosts.py",
+       r"    start = start \+ overheads\.model_write_seconds\(job, disk\)", "    start = start + 0.0",
+       HOST_TESTS, "a 405B job starts as fast as an 8B one: 812 GB of weights reach the node for nothing"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

@@ -228,6 +228,26 @@ def test_startup_grows_with_the_node_count():
     assert s.tolist() == [600.0, 720.0, 840.0, 1080.0]
 
 
+def test_startup_writes_the_16_bit_model_to_each_nodes_disk(catalog):
+    # 2 P bytes at the disk's write rate on top of the fixed start-up: Llama-3.1-405B (405.9 B params, 811.7 GB) on
+    # an NVMe node at 1 GB/s adds 812 s, an 8B model 16 s; the 600 s had been all a 405B job paid to start
+    from tests.memory_builders import job
+
+    big, small = job(catalog.model("Llama-3.1-405B"), "qlora"), job(catalog.model("Llama-3.1-8B"), "lora")
+    fast = np.array([1e9])
+    assert overheads.model_write_seconds(big, fast)[0] == pytest.approx(2 * big.arch.total_params / 1e9)
+    assert overheads.model_write_seconds(big, fast)[0] > 800 > 20 > overheads.model_write_seconds(small, fast)[0]
+    assert overheads.model_write_seconds(big, np.array([0.5e9]))[0] == pytest.approx(
+        2 * overheads.model_write_seconds(big, fast)[0])
+
+
+def test_a_405b_job_starts_later_than_an_8b_one(write_scenario):
+    doc = {"method": "qlora", "catalog": "lambda", "global_batch": 16, "data": {"tokens": 1e6, "epochs": 1}}
+    small = solve_scenario(write_scenario("s.yaml", model="Llama-3.1-8B", **doc)).best.time
+    big = solve_scenario(write_scenario("b.yaml", model="Llama-3.1-405B", **doc)).best.time
+    assert big.startup_hours - small.startup_hours > 0.15  # at least 795 GB more at the fastest disk rate (1 GB/s)
+
+
 def test_faster_disk_saves_faster_and_shortens_the_job(tmp_path):
     kinds = {}
     for kind in ("hdd", "nvme"):
