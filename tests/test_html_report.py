@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from optimizer.report.html.html_plan import why_lost
+from optimizer.report.html.html_plan import money_cell_text, why_lost
 from optimizer.report.html.html_portfolio import card_rows, window_rows
 from optimizer.report.html.html_shell import esc
 
@@ -115,7 +115,8 @@ def test_solve_page_has_every_section_and_draws_the_memory_bar_to_scale(solved):
     # one sortable row per other GPU type, each saying why it lost
     table = text.split('id="alternatives-table" class="sortable"')[1].split("</table>")[0]
     assert table.count("<tr>") - 1 == len(solved.alternatives) > 0
-    assert table.count('data-v="costs +') + table.count('data-v="same cost') == len(solved.alternatives)
+    reasons = ('data-v="costs +', 'data-v="same cost', "cheaper but")
+    assert sum(table.count(r) for r in reasons) == len(solved.alternatives)
 
 
 def test_every_user_string_is_escaped(solved, front):
@@ -167,6 +168,10 @@ def test_why_lost_names_the_objective_gap_first():
     assert why_lost(doc(10.0, 5.0), best, "cost", "USD") == "costs +2.00 USD more (-5.00 h)"
     assert why_lost(doc(8.0, 12.0), best, "cost", "USD") == "same cost, +2.00 h"
     assert why_lost(doc(6.0, 12.5), best, "time", "USD") == "slower by 2.50 h"
+    # cheaper yet lost: the tolerance chose the faster plan (it had read "same cost" for 123.20 against 123.60 CNY)
+    assert why_lost(doc(7.6, 21.26), best, "cost", "CNY") == (
+        "0.40 CNY cheaper but 11.26 h slower (within the tolerance, the faster was chosen)")
+    assert why_lost(doc(9.0, 9.0), best, "time", "USD").startswith("1.00 h faster but +1.00 USD")
     lost = why_lost(doc(9.0, 11.0, False), best, "cost", "USD")
     assert lost.endswith("over the usable memory at the 90th-percentile peak")
 
@@ -360,3 +365,11 @@ def test_every_font_list_names_cjk_fallbacks(solved):
             where = [families.index(f) if f in families else -1 for f in CJK_FALLBACKS]
             assert -1 not in where and where == sorted(where), value
             assert families[-1] in ("sans-serif", "monospace") and max(where) < len(families) - 1, value
+
+
+def test_an_alternatives_cost_reads_as_the_cost_line_does():
+    # the HTML column gave only the report-currency figure (11,010.86) beside text that writes both currencies
+    doc = {"cost": {"total": 1626.76, "currency": "USD", "budget_currency_total": 11010.86, "budget_currency": "CNY"}}
+    assert money_cell_text(doc) == "1,626.76 USD (= 11,010.86 CNY)"
+    same = {"cost": {"total": 228.8, "currency": "CNY", "budget_currency_total": None}}
+    assert money_cell_text(same) == "228.80 CNY"

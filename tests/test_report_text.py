@@ -168,3 +168,34 @@ def test_no_plan_reasons_name_the_limits_when_candidates_exist(tmp_path):
     result = solve_scenario(path)
     others = set(doc["allow"]["gpus"]) - {result.best.plan.gpu} - {a.plan.gpu for a in result.alternatives}
     assert others and {gpu: "limits" for gpu in others} == dict(result.no_plan)
+
+
+def _capped_70b(tmp_path, cap: int = 500):
+    doc = yaml.safe_load(SEVENTY_B.read_text())
+    doc["allow"]["max_host_memory_gib"] = cap
+    path = tmp_path / "70cap.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_host_ram_cap_is_named_where_it_fails_not_the_nodes_ram(run_cli, tmp_path):
+    # allow.max_host_memory_gib 500 on a 1,800 GiB node: it read "1,609 GiB needed per node, 1,800 GiB on the node"
+    # and DOES NOT (a contradiction); the cap is what fails
+    path = _capped_70b(tmp_path)
+    pins = ("--gpu", "H100-SXM", "--offer", "lambda-gpu_8x_h100_sxm5-us-east-1", "--cards", "8", "--zero", "3",
+            "--offload", "optimizer", "--micro-batch", "1", "--checkpointing", "full")  # fmt: skip
+    text = _text(run_cli("estimate", path, *pins))
+    assert "host RAM does NOT: " in text and "offloaded per node, over allow.max_host_memory_gib (500 GiB)" in text
+    assert "on the node" not in text
+    doc = json.loads(run_cli("estimate", path, *pins, "--json").stdout)
+    assert doc["memory"]["host_ram_limit"] == 500 * 2**30 and doc["memory"]["host_ram_fits"] is False
+    plain = json.loads(run_cli("estimate", SEVENTY_B, *pins, "--json").stdout)
+    assert plain["memory"]["host_ram_limit"] is None
+
+
+def test_gpu_types_held_back_by_the_host_ram_cap_say_so(run_cli, tmp_path):
+    # they were filed under "no configuration fits in their memory", though configurations fit their cards
+    text = _text(run_cli("solve", _capped_70b(tmp_path)))
+    line = text.split("No plan on the other allowed GPU types: ")[1]
+    assert line.startswith("A800-80G, H20 (configurations that fit their cards offload more than "
+                           "allow.max_host_memory_gib)")  # fmt: skip

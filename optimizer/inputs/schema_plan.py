@@ -71,6 +71,9 @@ class MemoryReport(Strict):
     # the node's RAM (offer.host_ram_bytes) holds it; null without the calibration's hosts rule
     host_ram_needed: int | None = None
     host_ram_fits: bool | None = None
+    # the scenario's allow.max_host_memory_gib in bytes when the offload is over it: then that cap, not the node's
+    # RAM, is what fails (null otherwise)
+    host_ram_limit: int | None = None
 
 
 class TimeReport(Strict):

@@ -183,7 +183,8 @@ def estimate_lines(est: Estimate) -> list[Any]:
     assert t is not None and c is not None and p is not None and est.memory is not None
     units = ", ".join(_units(k, v) for k, v in p.billed_units.items())
     fits = memory_verdict(est.memory.fits, est.memory.host_ram_fits, est.memory.host_ram_needed,
-                          est.offer.host_ram_bytes if est.offer is not None else None)
+                          est.offer.host_ram_bytes if est.offer is not None else None, est.memory.host_ram_limit,
+                          est.memory.cpu_offload)  # fmt: skip
     return [
         *model_lines(est),
         f"[bold]Plan[/bold] ({est.status.value}): {escape(_plan_line(est))}",
@@ -204,16 +205,22 @@ def estimate_lines(est: Estimate) -> list[Any]:
     ]
 
 
-def memory_verdict(fits: bool, host_ok: bool | None, need: int | None, have: int | None) -> str:
-    """The memory verdict naming what fails: the card, the node's host RAM, or both.
+def memory_verdict(fits: bool, host_ok: bool | None, need: int | None, have: int | None, limit: int | None = None,
+                   offload: int = 0) -> str:  # fmt: skip
+    """The memory verdict naming what fails: the card, the node's host RAM (or the scenario's cap on it), or both.
 
     'fits.', 'DOES NOT FIT on the GPU.', 'fits on the GPU; host RAM does NOT: 1,609 GiB needed per node, 238 GiB
-    on the node.' A plan needs both; a verdict naming only the card would blame it for a node's RAM.
+    on the node.' A plan needs both; a verdict naming only the card would blame it for a node's RAM. With ``limit``
+    (allow.max_host_memory_gib, in bytes, when the offload is over it) the cap is named, not the node's RAM, which
+    may well hold it: '... 1,577 GiB offloaded per node, over allow.max_host_memory_gib (500 GiB)'.
     """
     if host_ok is not False:
         return "fits." if fits else "DOES NOT FIT on the GPU."
-    ram = (f"{_gib(need or 0, 0)} needed per node, {_gib(have, 0)} on the node" if have is not None
-           else f"{_gib(need or 0, 0)} needed per node")  # fmt: skip
+    if limit is not None:
+        ram = f"{_gib(offload, 0)} offloaded per node, over allow.max_host_memory_gib ({_gib(limit, 0)})"
+    else:
+        ram = (f"{_gib(need or 0, 0)} needed per node, {_gib(have, 0)} on the node" if have is not None
+               else f"{_gib(need or 0, 0)} needed per node")  # fmt: skip
     gpu = "fits on the GPU" if fits else "DOES NOT FIT on the GPU"
     return f"{gpu}; host RAM does NOT{' either' if not fits else ''}: {ram}."
 

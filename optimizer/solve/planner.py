@@ -233,6 +233,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
         cpu_offload=int(mem["cpu_offload"][i]),
         host_ram_needed=need,
         host_ram_fits=ram_ok,
+        host_ram_limit=host_ram_limit(space, i),
     )
     t = c.time
     time = TimeReport(
@@ -299,6 +300,12 @@ def host_ram(space: Space, i: int) -> tuple[int | None, bool | None]:
     if bool(c.host_capped[i]):  # offloads more than the scenario's allow.max_host_memory_gib
         ok = False
     return int(math.ceil(float(need[0]))), ok
+
+
+def host_ram_limit(space: Space, i: int) -> int | None:
+    """allow.max_host_memory_gib in bytes when row ``i`` offloads more than it (space.evaluate's host_capped)."""
+    cap = space.scenario.allow.max_host_memory_gib
+    return int(cap * 2**30) if cap is not None and bool(space.cand.host_capped[i]) else None
 
 
 def risk_use(sc: Scenario, accuracy: Mapping[str, Any], total: int, capacity: int,
@@ -433,6 +440,7 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
 NO_PLAN_WHY = {
     "limits": "none within the scenario's budget, deadline and other limits",
     "host_ram": "configurations that fit their cards need more host RAM than their nodes have",
+    "host_cap": "configurations that fit their cards offload more than allow.max_host_memory_gib",
     "memory": "no configuration fits in their memory",
     "offer": "no offer in the catalog",
 }
@@ -443,7 +451,8 @@ def no_plan_reasons(space: Space, limits: Limits, planned: set[str], admitted: s
 
     Allowed: allow.gpus, else every GPU the catalog offers. The reason is the first that applies: candidates that
     pass the allow-lists and caps exist but none meets budget and deadline (limits); some configuration fits its
-    card but not its node's host RAM (host_ram); the catalog offers it but nothing fits (memory); it has no offer.
+    card but not its node's host RAM (host_ram), or offloads more than allow.max_host_memory_gib (host_cap); the
+    catalog offers it but nothing fits (memory); it has no offer.
     Empty when the time limit cut the search short: the offers not searched say nothing.
     """
     if space.searched is not None:
@@ -453,7 +462,7 @@ def no_plan_reasons(space: Space, limits: Limits, planned: set[str], admitted: s
     out = []
     for gid in sorted(allowed - planned):
         why = ("limits" if gid in admitted else "host_ram" if gid in space.ram_short_gpus
-               else "memory" if gid in offered else "offer")  # fmt: skip
+               else "host_cap" if gid in space.capped_gpus else "memory" if gid in offered else "offer")  # fmt: skip
         out.append((gid, why))
     return out
 

@@ -89,6 +89,9 @@ class Evaluated:
     # and, per offer, the smallest per-GPU total over its rows (-1: no row); None = these rows are all of them
     enumerated: int | None = None
     smallest_by_offer: np.ndarray | None = None
+    # the offers (indices) with a row that fits its card but offloads more than allow.max_host_memory_gib, counted
+    # before evaluate(fitting_only=True) drops such rows; None = read host_capped
+    capped_offers: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.capacity is None:
@@ -114,6 +117,7 @@ class Evaluated:
             host_capped=self.host_capped[index],
             enumerated=self.enumerated,
             smallest_by_offer=self.smallest_by_offer,
+            capped_offers=self.capped_offers,
         )
 
     def __len__(self) -> int:
@@ -147,6 +151,8 @@ class Space:
     searched: tuple[int, int] | None = None
     # GPU ids with a configuration that fits its card but not its node's host RAM (build): a report names them
     ram_short_gpus: frozenset[str] = frozenset()
+    # GPU types with a configuration that fits its card but offloads more than allow.max_host_memory_gib
+    capped_gpus: frozenset[str] = frozenset()
     # what the solver derives once from the candidates (solver.columns), reused by every solve of this space
     solver_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -523,6 +529,7 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
     if host_gib is not None:  # offloaded states must also fit in the node's RAM
         capped = mem["cpu_offload"] > host_gib * 2**30
     fits = card & ~capped
+    capped_offers = np.unique(offer_idx[card & capped])  # before the rows that cannot fit are dropped
     if fitting_only:  # the time model only where the memory fits
         keep = np.flatnonzero(fits)
         offer_idx, cards, nodes, cfg, fits = offer_idx[keep], cards[keep], nodes[keep], cfg.take(keep), fits[keep]
@@ -548,7 +555,7 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
         short = fits & ~ram_ok
         fits &= ram_ok
     return Evaluated(offer_idx, cards, nodes, cfg, hw, mem, t, fits, ram_short=short, enumerated=enumerated,
-                     smallest_by_offer=smallest, host_capped=card & runs & capped)
+                     smallest_by_offer=smallest, host_capped=card & runs & capped, capped_offers=capped_offers)
 
 
 def memory_rows(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -827,6 +834,7 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
     fx = fx_rates(catalog, offers, currency, source)
     kept: list[Evaluated] = []
     short: list[tuple[np.ndarray, ...]] = []
+    capped: set[str] = set()
     smallest = np.full(len(offers), -1, dtype=np.int64)
     enumerated = fitting = 0
     fastest = math.inf
@@ -844,6 +852,8 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
         if ev.fits.any():
             fastest = min(fastest, float(ev.time["hours"][ev.fits].min()))
         short.append(ram_short_rows(ev, offers, hosts_cal, scenario.allow.max_host_memory_gib, rows.start))
+        if ev.capped_offers is not None:
+            capped |= {offers[int(o)].gpu for o in ev.capped_offers}
         keep = prune(ev)
         kept.append(ev.take(keep[ev.time["hours"][keep] <= MAX_JOB_HOURS] if keep.size else keep))
     need: dict[str, int] = {}
@@ -876,7 +886,8 @@ def build(scenario: Scenario, catalog: Catalog, arch: Any, source: str = "scenar
                  catalog.calibration.get("accuracy", {}), catalog.calibration.get("overlay"), hosts_cal,
                  closest_ram_short(*(np.concatenate(c) for c in zip(*short, strict=True)), offers) if short else None,
                  budget_total, searched=searched,
-                 ram_short_gpus=frozenset(offers[int(o)].gpu for part in short for o in part[3]))  # fmt: skip
+                 ram_short_gpus=frozenset(offers[int(o)].gpu for part in short for o in part[3]),
+                 capped_gpus=frozenset(capped))  # fmt: skip
 
 
 def fx_rates(catalog: Catalog, offers: list[Offer], currency: str, source: str) -> list[float]:

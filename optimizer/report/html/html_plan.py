@@ -23,6 +23,18 @@ def layout(p: dict[str, Any]) -> str:
     return f"tp{p['tp']} pp{p['pp']}{vp} dp{p['dp']} ZeRO-{p['zero_stage']}/{p['offload']}"
 
 
+def money_cell_text(doc: dict[str, Any]) -> str:
+    """A plan's bill as its Cost line writes it (report/plan.py money_text): '1,626.76 USD (= 11,010.86 CNY)'.
+
+    From the JSON document, as the HTML is built; report/plan.py's money_text reads the Estimate.
+    """
+    c = doc["cost"]
+    text = f"{c['total']:,.2f} {c['currency']}"
+    if c.get("budget_currency_total") is not None:
+        text += f" (= {c['budget_currency_total']:,.2f} {c.get('budget_currency') or ''})"
+    return text  # plain text: cell() escapes it
+
+
 def report_cost(doc: dict[str, Any]) -> float:
     """The bill in the report currency: the budget-currency figure when there is one, else the offer's."""
     c = doc["cost"]
@@ -132,7 +144,10 @@ def memory_section(doc: dict[str, Any], headroom: float | None) -> str:
     verdict = "fits" if m["fits"] else "DOES NOT FIT"
     lines = [f"Peak {gib(m['total'])} per GPU of {gib(m['capacity'])}: {verdict} on the GPU"
              + (f" (against capacity x (1 - {headroom:g} headroom))." if headroom is not None else ".")]
-    if m.get("host_ram_fits") is False:  # the card is not what fails (or not alone): say what does
+    if m.get("host_ram_fits") is False and m.get("host_ram_limit") is not None:  # the scenario's cap fails
+        lines.append(f"Host RAM DOES NOT FIT: {gib(m['cpu_offload'])} offloaded per node, over "
+                     f"allow.max_host_memory_gib ({gib(m['host_ram_limit'])}).")  # fmt: skip
+    elif m.get("host_ram_fits") is False:  # the card is not what fails (or not alone): say what does
         have = (doc.get("offer") or {}).get("host_ram_bytes")
         lines.append(f"Host RAM DOES NOT FIT: {gib(m['host_ram_needed'])} needed per node"
                      + (f", {gib(have)} on the node." if have is not None else "."))
@@ -222,6 +237,11 @@ def why_lost(alt: dict[str, Any], best: dict[str, Any], objective: str, currency
     hours = f"{'+' if dh >= 0 else '-'}{abs(dh):,.2f} h"
     if objective == "time":
         text = f"slower by {dh:,.2f} h" if dh > 1e-9 else f"as fast, costs {cost}"
+        if dh < -1e-9:  # faster, yet lost: the tolerance traded its time for the chosen plan's lower bill
+            text = f"{abs(dh):,.2f} h faster but {cost} (within the tolerance, the cheaper plan was chosen)"
+    elif dc < -0.005:  # cheaper, yet lost: the tolerance bought the chosen plan's hours with its bill
+        text = f"{abs(dc):,.2f} {currency} cheaper but {abs(dh):,.2f} h slower (within the tolerance, the faster " \
+               "was chosen)"
     else:
         text = f"costs {cost} more" if dc > 0.005 else f"same cost, {hours}"
         text += f" ({hours})" if dc > 0.005 else ""
@@ -244,10 +264,10 @@ def alternatives_section(best: dict[str, Any], alts: Sequence[dict[str, Any]], o
         p, m, t = a["plan"], a["memory"], a["time"]
         rows.append([cell(p["gpu"]), cell(p["offer"]), cell(p["cards"], p["cards"]), cell(layout(p)),
                      cell(f"mb{p['micro_batch']} x ga{p['grad_accum']}"), cell(num(t["hours"]), t["hours"]),
-                     cell(num(report_cost(a)), report_cost(a)),
+                     cell(money_cell_text(a), report_cost(a)),  # as the Cost line writes it; sorts by report
                      cell(f"{m['total'] / GIB:,.1f} / {m['capacity'] / GIB:,.1f}", m["total"] / m["capacity"]),
                      cell(why_lost(a, best, objective, currency))])  # fmt: skip
-    head = ("gpu", "offer", "cards", "layout", "batch", "hours", f"cost ({currency})", "GiB per GPU / card",
+    head = ("gpu", "offer", "cards", "layout", "batch", "hours", "cost", "GiB per GPU / card",
             f"why it lost (objective {objective})")  # fmt: skip
     intro = ("<p>The best plan on each other GPU type that has one within the limits; click a column to sort.</p>"
              if rows else "<p>No other GPU type has a plan within the limits.</p>")  # fmt: skip
