@@ -170,6 +170,13 @@ MUTATIONS: list[Mutation] = [
     _m("html-cheaper-alternative-same-cost", "report", "optimizer/report/html/html_plan.py",
        r"    elif dc < -0\.005:", "    elif False:", ["tests/test_html_report.py"],
        "an alternative 0.40 CNY cheaper than the chosen plan is said to cost the same"),
+    _m("portfolio-html-zero-jobs", "report", "optimizer/report/html/__init__.py",
+       r'if doc\["jobs"\] or doc\["status"\] != "infeasible"', "if True", PORTFOLIO_TESTS,
+       "an infeasible portfolio's page says it schedules 0 job occurrences"),
+    _m("portfolio-ram-clause-unqualified", "report", "optimizer/portfolio/plan.py",
+       r'"other configurations, which fit their cards," if runs else',
+       '"configurations that fit their cards" if runs else',
+       PORTFOLIO_TESTS, "a job with plans is said to have none with enough host RAM when its window binds"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

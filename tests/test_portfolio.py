@@ -254,6 +254,9 @@ def test_an_occurrence_that_fits_nowhere_in_its_window_makes_the_portfolio_infea
     assert (float(window), "memory" in doc["message"]) == (0.02, False) and float(fastest) > float(window)
     text = run_cli("portfolio", folder / "portfolio.yaml").stdout
     assert "Cost: no plan\n" in text and "Cost: -" not in text  # no dashes for a cost that does not exist
+    page = folder / "p.html"
+    run_cli("portfolio", folder / "portfolio.yaml", "--html", page)  # its header had said "0 job occurrences"
+    assert "ftopt portfolio: no schedule over " in page.read_text() and "0 job occurrences" not in page.read_text()
 
 
 @pytest.mark.parametrize("as_json", [False, True])
@@ -327,3 +330,19 @@ def test_the_jobs_table_shows_offload_when_a_plan_needs_it(run_cli):
     plan = {"tp": 2, "pp": 2, "dp": 2, "zero_stage": 1, "offload": "none", "micro_batch": 4, "checkpointing": "none"}
     assert plan_text(plan) == "tp2 pp2 dp2 Z1 mb4 ck=none"
     assert plan_text({**plan, "pp": 1, "offload": "optimizer"}) == "tp2 dp2 Z1 offload=optimizer mb4 ck=none"
+
+
+def test_a_window_that_binds_says_the_host_ram_shortfall_is_of_other_configurations(tmp_path: Path, run_cli):
+    # team-q1 with release-70b due 2.4 h after its release: the window binds, and the host RAM clause read as if no
+    # configuration had enough RAM although this job has plans; it now says "other" and names the closest, as solve
+    doc = yaml.safe_load((REPO / "portfolios" / "team-q1.yaml").read_text())
+    for job in doc["jobs"]:
+        job["scenario"] = str((REPO / "portfolios" / job["scenario"]).resolve())
+        if job["name"] == "release-70b":
+            job["due_day"] = job["release_day"] + 0.1
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    message = json.loads(run_cli("portfolio", path, "--json").stdout)["message"]
+    assert message.startswith("release-70b#0: window too short: the fastest plan takes ")
+    assert "; other configurations, which fit their cards, need more host RAM than their nodes have (the closest: " \
+        in message

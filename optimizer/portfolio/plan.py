@@ -383,9 +383,10 @@ def infeasible_why(problem: Problem, spaces: list[JobSpace], labels: list[str]) 
     else:
         why = f"{labels[j]}: no plan fits in memory"
     short = spaces[occ.job].space.ram_short
-    if short is not None:
-        why += (f"; configurations that fit their cards need more host RAM than their nodes have: "
-                f"{short[0] / 2**30:,.0f} GiB per node on {short[1]}, whose node has {short[2] / 2**30:,.0f} GiB")
+    if short is not None:  # as solve's explanation says it (explain.ram_text): the closest of those rows
+        which = "other configurations, which fit their cards," if runs else "configurations that fit their cards"
+        why += (f"; {which} need more host RAM than their nodes have (the closest: "
+                f"{short[0] / 2**30:,.0f} GiB per node on {short[1]}, whose node has {short[2] / 2**30:,.0f} GiB)")
     return why
 
 

@@ -71,7 +71,9 @@ def portfolio_page(result: Any, path: str) -> str:
     from optimizer.report.portfolio import portfolio_json
 
     doc = portfolio_json(result)
-    subtitle = f"ftopt portfolio: {len(doc['jobs'])} job occurrences over {doc['horizon_days']} days, {doc['status']}"
+    scheduled = (f"{len(doc['jobs'])} job occurrences" if doc["jobs"] or doc["status"] != "infeasible"
+                 else "no schedule")  # an infeasible portfolio schedules nothing: not "0 job occurrences"
+    subtitle = f"ftopt portfolio: {scheduled} over {doc['horizon_days']} days, {doc['status']}"
     return page(str(doc["name"]), subtitle, "portfolio", portfolio_sections(doc, windows_of(path)))
 
 
