@@ -177,6 +177,10 @@ MUTATIONS: list[Mutation] = [
        r'"other configurations, which fit their cards," if runs else',
        '"configurations that fit their cards" if runs else',
        PORTFOLIO_TESTS, "a job with plans is said to have none with enough host RAM when its window binds"),
+    _m("probe-reentrant-not-the-launchs", "measure", "optimizer/measure/probe.py",
+       r'    cfg\["use_reentrant"\] = use_reentrant\(sc, trial\.plan if trial\.plan is not None else p\)',
+       '    cfg["use_reentrant"] = False', MEASURE_TESTS,
+       "a QLoRA FSDP probe measures non-reentrant checkpointing while the launch runs reentrant"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

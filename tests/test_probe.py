@@ -140,6 +140,20 @@ def test_deepspeed_settings_follow_the_plan(probe_70b):
     assert probe_script.fsdp_args(cfg) == {}
 
 
+@pytest.mark.parametrize("method,reentrant", [("qlora", True), ("lora", False)])
+def test_the_probe_recomputes_with_the_launchs_use_reentrant(tmp_path: Path, method: str, reentrant: bool):
+    # the probe always ran use_reentrant false while the launch sets true for QLoRA under FSDP (PEFT's scripts), so
+    # it measured another configuration's memory than the one launched
+    doc = yaml.safe_load(SEVEN_B.read_text())
+    doc.update(method=method, plan={"zero_stage": 3, "cards": 2, "checkpointing": "full"})
+    doc["training"] = {**doc.get("training", {}), "sharding": "fsdp"}
+    path = tmp_path / f"7b-{method}-fsdp.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    probe_scenario(path, tmp_path / "out")
+    cfg = json.loads((tmp_path / "out" / "probe_config.json").read_text())
+    assert cfg["use_reentrant"] is reentrant  # probe.py passes it to checkpointing_args (tests_real runs it)
+
+
 def test_an_fsdp_probe_runs_the_launchs_fsdp_settings(tmp_path: Path):
     """The probe's FSDP is the launch's (fsdp_args.fsdp_plugin): FSDP1, its sharding strategy and use_orig_params
     false for LoRA, where the Trainer alone would run FSDP2 with use_orig_params true."""

@@ -41,6 +41,7 @@ from optimizer.inputs.schema import MAX_NAME, Attention, Framework, ModelArch
 from optimizer.inputs.schema_plan import Estimate, Plan
 from optimizer.launch.ds_config import deepspeed_config
 from optimizer.launch.fsdp_args import fsdp_plugin
+from optimizer.launch.hf_args import use_reentrant
 from optimizer.launch.lora_names import lora_config_targets, lora_names
 from optimizer.measure.calibrate import scenario_document
 from optimizer.models import cost
@@ -260,6 +261,9 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
         cfg["deepspeed"] = deepspeed_config(trial.plan)  # the launch's own config: SGD stays SGD under ZeRO-Offload
     if cfg["sharding"] == "fsdp" and p.zero_stage > 0 and trial.plan is not None:
         cfg["fsdp"] = fsdp_plugin(sc, trial.plan)  # the launch's own FSDP settings (use_orig_params false for LoRA)
+    # the launch's own checkpointing mode (hf_args.use_reentrant: True for QLoRA under ZeRO-3 or FSDP, as PEFT's
+    # scripts), so the memory the probe measures is the launched configuration's
+    cfg["use_reentrant"] = use_reentrant(sc, trial.plan if trial.plan is not None else p)
     cfg["packages"] = _packages(cfg)  # probe.py checks them before it imports any (one line, exit 2, when missing)
     out = Path(out_dir)
     write_folder_atomic(out, {"probe_config.json": json.dumps(cfg, indent=2, sort_keys=False) + "\n",

@@ -300,10 +300,11 @@ def trainer_recomputes(cfg: dict[str, Any]) -> bool:
     return cfg["checkpointing"] != "none" and not fsdp.get("activation_checkpointing", False)
 
 
-def checkpointing_args(on: bool) -> dict[str, Any]:
+def checkpointing_args(on: bool, reentrant: bool = False) -> dict[str, Any]:
     """Activation checkpointing for TrainingArguments, by the name this transformers version has.
 
-    ``activation_checkpointing`` in transformers 5, ``gradient_checkpointing`` before.
+    ``activation_checkpointing`` in transformers 5, ``gradient_checkpointing`` before; ``reentrant``: the launch's
+    use_reentrant (probe_config.json ``use_reentrant``).
     """
     import dataclasses
 
@@ -311,7 +312,7 @@ def checkpointing_args(on: bool) -> dict[str, Any]:
 
     names = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
     key = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
-    return {key: on, f"{key}_kwargs": {"use_reentrant": False} if on else None}
+    return {key: on, f"{key}_kwargs": {"use_reentrant": reentrant} if on else None}
 
 
 def _nvidia_smi_mib() -> float | None:
@@ -389,7 +390,8 @@ def train(cfg: dict[str, Any], device: str, warmup: int, steps: int) -> tuple[An
             max_steps=warmup + steps, learning_rate=1e-5, optim=optim, report_to=[], save_strategy="no",
             logging_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0, use_cpu=device == "cpu",
             bf16=cfg["precision"] == "bf16" and device != "cpu", fp16=cfg["precision"] == "fp16" and device != "cpu",
-            **checkpointing_args(trainer_recomputes(cfg) if device != "cpu" else cfg["checkpointing"] != "none"),
+            **checkpointing_args(trainer_recomputes(cfg) if device != "cpu" else cfg["checkpointing"] != "none",
+                                 bool(cfg.get("use_reentrant", False))),
             deepspeed=ds_config(cfg) if device != "cpu" else None, **(fsdp_args(cfg) if device != "cpu" else {}),
         )  # fmt: skip
         model = build_model(cfg, device)  # after the arguments: ZeRO-3 then builds it partitioned (zero.Init)
