@@ -32,7 +32,7 @@ CASES = load_cases()  # memory_cases.yaml: every case fits the built-in catalog'
 ALL_CASES = load_all_cases()  # with memory_cases_2.yaml (up to 512 GPUs, beyond any offer: reference_catalog)
 RESULTS = {r.id: r for r in evaluate_all()}
 MEMORY_KEYS = {"weights", "gradients", "optimizer", "activations", "logits", "overhead", "total", "capacity", "fits",
-               "cpu_offload", "host_ram_needed", "host_ram_fits"}  # fmt: skip
+               "cpu_offload", "host_ram_needed", "host_ram_fits", "host_ram_limit"}  # fmt: skip
 
 # case id -> why the prediction is still off by more than 25% with the note settings applied (evidence in
 # docs/memory-model.md section 5.4, "Where the model misses, and why")
