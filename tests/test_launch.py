@@ -252,10 +252,11 @@ def test_nemo_launches_the_interleaved_schedule_the_time_model_priced():
     """virtual_pipeline_model_parallel_size is the plan's virtual_pipeline (NeMo 2 MegatronStrategy), absent for
     plain 1F1B or no pipeline."""
     sc = _scenario("full", framework="nemo")
-    strategy = launch_settings(sc, _plan(pp=2, dp=8, virtual_pipeline=8), cards_per_node=8)["nemo"]["strategy"]
+    interleaved = _plan(pp=2, dp=8, virtual_pipeline=8, zero_stage=1)
+    strategy = launch_settings(sc, interleaved, cards_per_node=8)["nemo"]["strategy"]
     assert strategy == {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2,
                         "pipeline_dtype": "bfloat16", "virtual_pipeline_model_parallel_size": 8}  # fmt: skip
-    plain = launch_settings(sc, _plan(pp=2, dp=8), cards_per_node=8)["nemo"]["strategy"]
+    plain = launch_settings(sc, _plan(pp=2, dp=8, zero_stage=1), cards_per_node=8)["nemo"]["strategy"]
     assert "virtual_pipeline_model_parallel_size" not in plain and plain["pipeline_dtype"] == "bfloat16"
     # megatron-core needs pipeline_dtype for pp > 1 (ModelParallelConfig.__post_init__); not without a pipeline
     assert "pipeline_dtype" not in launch_settings(sc, _plan(), cards_per_node=8)["nemo"]["strategy"]

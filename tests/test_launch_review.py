@@ -172,3 +172,29 @@ def test_axolotl_fp8_under_fsdp_leaves_cpu_ram_efficient_loading_off():
     assert fp8["axolotl.yaml"]["fp8"] is True and "cpu_ram_efficient_loading" not in fp8["axolotl.yaml"]["fsdp_config"]
     bf16 = launch_settings(_scenario(method="full", sharding="fsdp"), _plan(), 8)
     assert bf16["axolotl.yaml"]["fsdp_config"]["cpu_ram_efficient_loading"] is True
+
+
+def test_nemo_fp8_megatron_fsdp_and_attention_run_as_priced():
+    # a second review of the NeMo settings: fp8 on the model config alone is overwritten by the bf16 plugin; Megatron
+    # FSDP raises with the default torch_dist checkpoints; "flash" turns off the cuDNN attention the model prices
+    sc = _scenario(method="full", framework="nemo", sharding=None)
+    fp8 = launch_settings(sc, _plan(precision="fp8", gpu="H100-SXM", zero_stage=3), 8)
+    nemo = fp8["nemo"]
+    assert nemo["precision_plugin"] == "bf16_with_fp8_mixed" and any(n.startswith("fp8: use ") for n in fp8["notes"])
+    assert nemo["strategy"]["fsdp"] == "megatron" and nemo["strategy"]["save_ckpt_format"] == "fsdp_dtensor"
+    assert nemo["transformer_config"]["gradient_accumulation_fusion"] is False
+    assert nemo["transformer_config"]["attention_backend"] == "fused"
+    zero1 = launch_settings(sc, _plan(zero_stage=1), 8)["nemo"]
+    assert "fsdp" not in zero1["strategy"] and "precision_plugin" not in zero1
+    assert "gradient_accumulation_fusion" not in zero1["transformer_config"]
+
+
+def test_torchtune_removes_fused_for_optimizers_without_it():
+    # the recipe configs' optimizer block has fused: True, which a bitsandbytes or Adafactor override keeps
+    sc = _scenario(framework="torchtune", sharding="fsdp")
+    paged = launch_settings(sc, _plan(optimizer="paged_adamw_8bit"), 8)
+    assert paged["command"].endswith(" ~optimizer.fused")
+    ada = launch_settings(sc, _plan(optimizer="adafactor"), 8)
+    assert ada["command"].endswith(" ~optimizer.fused") and ada["torchtune"]["optimizer"]["relative_step"] is False
+    adamw = launch_settings(sc, _plan(), 8)
+    assert "~optimizer.fused" not in adamw["command"] and adamw["torchtune"]["optimizer"]["fused"] is True

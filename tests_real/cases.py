@@ -106,6 +106,7 @@ def _variants() -> dict[str, dict[str, Any]]:
     out["tt-compile-act-offload"] = _variant("torchtune", training={"compile": True, "activation_offload": True})
     out["tt-in-bwd"] = _variant("torchtune", zero_stage=3, offload="none", training={"optimizer_in_backward": True})
     out["tt-fp32"] = _variant("torchtune", "lora", precision="fp32", **_A100)
+    out["tt-adafactor"] = _variant("torchtune", "lora", training={"optimizer": "adafactor"})  # no fused argument
     out["tt-2nodes"] = _variant("torchtune", cards=16, zero_stage=3, offload="none")
     for zero, offload in [(0, "none"), (1, "none"), (1, "optimizer"), (2, "none"), (3, "none")]:
         out[f"nemo-z{zero}-{offload}"] = _variant("nemo", zero_stage=zero, offload=offload)

@@ -46,8 +46,23 @@ def _config(case, tmp_path):
     base = OmegaConf.load(_recipes_dir() / "configs" / f"{_BASE_CONFIG[_recipe(case)]}.yaml")
     overrides = OmegaConf.create(case.settings["torchtune"])
     cfg = OmegaConf.merge(base, overrides)
+    for removed in [a[1:] for a in case.settings["command"].split() if a.startswith("~")]:  # as tune run removes
+        parent, _, key = removed.rpartition(".")
+        del OmegaConf.select(cfg, parent)[key]
     cfg.output_dir = str(tmp_path / "out")
     return cfg
+
+
+def test_an_adafactor_plan_builds_its_optimizer_from_the_merged_config(tmp_path):
+    """The recipe configs carry optimizer.fused: True; merged into an Adafactor block it raised TypeError, and
+    transformers' Adafactor raises for a manual lr with its default relative_step (the command removes fused)."""
+    import torch
+    from torchtune import config as tt_config
+
+    case = solved("tt-adafactor")
+    cfg = _config(case, tmp_path)
+    assert "fused" not in cfg.optimizer
+    tt_config.instantiate(cfg.optimizer, [torch.nn.Parameter(torch.zeros(4))])  # raises on an argument it lacks
 
 
 @pytest.mark.parametrize("name", TORCHTUNE)

@@ -31,7 +31,10 @@ PIPELINE_DTYPE = {Precision.bf16: "bfloat16", Precision.fp16: "float16", Precisi
                   Precision.fp8: "bfloat16"}  # fmt: skip
 # TransformerConfig attention_backend (megatron/core/transformer/enums.py AttnBackend): Megatron has no torch-SDPA
 # path, so sdpa leaves the choice to Megatron (auto); eager is its unfused PyTorch attention
-ATTENTION_BACKEND = {Attention.flash: "flash", Attention.sdpa: "auto", Attention.eager: "unfused"}
+# fused: TransformerEngine's cuDNN fused attention, which the time model prices for nemo (calibration
+# fused_attention_engines); "flash" would set NVTE_FUSED_ATTN=0 (megatron/core/models/common/language_module/
+# language_module.py) and run the flash-attn kernel instead
+ATTENTION_BACKEND = {Attention.flash: "fused", Attention.sdpa: "auto", Attention.eager: "unfused"}
 # ZeRO stage -> Megatron data-parallel sharding: stage 1 is the distributed optimizer; 2 and 3 are Megatron FSDP
 # with gradients (and parameters) sharded too
 SHARDING_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
@@ -57,6 +60,8 @@ def transformer_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
         keys["recompute_num_layers"] = 1
     if plan.precision is Precision.fp8:
         keys["fp8"] = "hybrid"  # "e4m3" | "hybrid" (E4M3 forward, E5M2 gradients)
+    if plan.zero_stage >= 2:  # Megatron FSDP requires it off (Megatron-LM megatron-fsdp-user-guide.md)
+        keys["gradient_accumulation_fusion"] = False
     return keys
 
 
@@ -163,6 +168,12 @@ def nemo_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[
     strategy: dict[str, Any] = {"tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp}
     if plan.tp > 1:  # the memory model divides every activation by t (sequence parallelism); NeMo's default is off
         strategy["sequence_parallel"] = True
+    if plan.zero_stage >= 2:
+        # Megatron FSDP: MegatronStrategy raises NotImplementedError for it with the default torch_dist checkpoint
+        # format (NVIDIA/NeMo nemo/lightning/pytorch/strategies/megatron_strategy.py); fsdp_dtensor is the format
+        # Megatron-FSDP saves (Megatron-LM megatron-fsdp-user-guide.md "--ckpt-format fsdp_dtensor")
+        strategy["fsdp"] = "megatron"
+        strategy["save_ckpt_format"] = "fsdp_dtensor"
     if plan.pp > 1:
         dtype = strategy["pipeline_dtype"] = PIPELINE_DTYPE[plan.precision]
         notes.append(f"pipeline_dtype is the name of a torch dtype: pass torch.{dtype}")
@@ -176,6 +187,17 @@ def nemo_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[
         "data": data_module(scenario, plan),
         "precision": NEMO_PRECISION[plan.precision],
     }
+    if plan.precision is Precision.fp8:
+        # NeMo's MegatronStrategy copies the precision plugin's DtypeConfig onto the model config, fp8 included, so a
+        # bf16-mixed plugin overwrites transformer_config.fp8 with None (nemo/lightning/pytorch/strategies/
+        # megatron_strategy.py, plugins/mixed_precision.py): fp8 must be on the plugin
+        keys["precision_plugin"] = "bf16_with_fp8_mixed"
+        notes.append("fp8: use nemo.collections.llm.recipes.precision.mixed_precision.bf16_with_fp8_mixed() as the "
+                     "trainer's precision plugin; NeMo copies the plugin's fp8 onto the model config, so "
+                     "transformer_config.fp8 alone is overwritten by a bf16-mixed plugin and the run trains in bf16")
+    notes.append("attention_backend names megatron.core.transformer.enums.AttnBackend: pass "
+                 f"AttnBackend.{keys['transformer_config']['attention_backend']} (a plain string matches no backend "
+                 "and is ignored)")  # fmt: skip
     packed = packing_note(scenario, plan)
     if packed is not None:
         notes.append(packed)

@@ -67,7 +67,17 @@ def optimizer_block(name: OptimizerName, kernel: OptimizerKernel = OptimizerKern
     block: dict[str, Any] = {"_component_": OPTIMIZER_COMPONENT[name]}
     if name is OptimizerName.adamw:
         block["fused"] = kernel is OptimizerKernel.fused
+    if name is OptimizerName.adafactor:
+        # transformers' Adafactor raises for a manual lr (the recipe configs set one) with its default relative_step;
+        # the HF Trainer's optim=adafactor turns both schedule-free defaults off the same way (trainer.py)
+        block.update(relative_step=False, scale_parameter=False, warmup_init=False)
     return block
+
+
+# Optimizers whose constructor has no ``fused`` argument: the recipe configs' torch AdamW block carries
+# ``fused: True``, which a ``tune run`` override merges into, not replaces (torchtune/config/_utils.py
+# _merge_yaml_and_cli_args: OmegaConf.merge), so the command removes it (``~optimizer.fused``)
+NO_FUSED_ARG = frozenset({OptimizerName.adamw_8bit, OptimizerName.paged_adamw_8bit, OptimizerName.adafactor})
 
 
 def builder_entry(name: str) -> tuple[str, str] | None:
@@ -177,4 +187,9 @@ def torchtune_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> t
         notes.append(f"{recipe} applies FSDP, and so fsdp_cpu_offload, only with more than one data-parallel rank: "
                      "on one GPU the offload this plan relies on does not happen")  # fmt: skip
     command = f"tune run {torchrun_args(plan, cards_per_node)} {recipe} --config <config>"
+    if plan.optimizer in NO_FUSED_ARG:  # the shipped configs' fused: True would reach a constructor without it
+        command += " ~optimizer.fused"
+        notes.append(f"{OPTIMIZER_COMPONENT[plan.optimizer]} takes no fused argument: the command removes the recipe "
+                     "config's optimizer.fused (~optimizer.fused); a config of your own without that key needs "
+                     "no removal")  # fmt: skip
     return {"torchtune": keys, "command": command}, notes
