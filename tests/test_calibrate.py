@@ -370,3 +370,22 @@ def test_an_overlay_band_upside_down_is_refused():
     assert Band(cases=3, ratio_p10=0.9, ratio_p90=1.2).ratio_p90 == 1.2
     with pytest.raises(ValidationError, match="must not exceed ratio_p90"):
         Band(cases=3, ratio_p10=1.5, ratio_p90=1.187)
+
+
+def test_a_log_with_a_scenario_that_pins_too_little_is_the_scenarios_one_line_error(run_cli, tmp_path: Path):
+    # trainer_state.json with a scenario lacking plan.cards raised KeyError (a traceback); nvidia-smi named the log
+    state = tmp_path / "trainer_state.json"
+    state.write_text('{"log_history": [{"train_runtime": 100, "train_samples_per_second": 2.0}]}')
+    scenario = tmp_path / "run.yaml"
+    scenario.write_text(yaml.safe_dump({**yaml.safe_load((REPO / "scenarios" / "7b-lora.yaml").read_text()),
+                                        "plan": {"gpu": "H100-SXM"}}))  # fmt: skip
+    done = run_cli("calibrate", state, "--scenario", scenario)
+    assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert f"{scenario}: plan: " in done.stderr and "missing: cards, micro_batch" in done.stderr
+
+
+@pytest.mark.parametrize("option", ["--prior-weight", "--max-factor"])
+def test_a_calibrate_option_error_names_the_option_as_typed(run_cli, tmp_path: Path, option: str):
+    fit = _write(tmp_path, "fit.yaml", [THROUGHPUT[i] for i in TT_A100_FIT])
+    done = run_cli("calibrate", fit, option, "nan")
+    assert done.exit_code == 2 and f"ftopt calibrate: {option}: must be a finite number" in done.stderr

@@ -188,4 +188,11 @@ def read_measurements(path: str | Path, scenario: dict[str, Any] | None,
         raise InputError(str(path), "", f"a {kind} log does not say what ran; pass --scenario FILE (pinned plan)")
     if not isinstance(scenario.get("plan"), dict):
         raise InputError(scenario_source, "plan", "pin the configuration that ran (gpu, cards, micro_batch, ...)")
+    missing = [k for k in PINNED if scenario["plan"].get(k) is None]
+    if missing:  # the importers read them (tokens per GPU divide by cards); the scenario file is what lacks them
+        raise InputError(scenario_source, "plan", f"pin the configuration that ran: gpu, cards and micro_batch at "
+                         f"least; missing: {', '.join(missing)}")  # fmt: skip
     return [IMPORTERS[kind](path, scenario)]
+
+
+PINNED = ("gpu", "cards", "micro_batch")  # what a measurement's scenario must pin (inputs/measurement.py checks it)
