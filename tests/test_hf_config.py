@@ -165,3 +165,22 @@ def test_an_moe_config_without_its_expert_count_is_refused(tmp_path):
     with pytest.raises(InputError) as err:
         _import(tmp_path, cfg)
     assert err.value.field == "num_local_experts"
+
+
+# Gemma-2-9B's published config.json (google/gemma-2-9b): no tie_word_embeddings key; Gemma2Config defaults it to True
+GEMMA2_9B = {"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
+             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000,
+             "torch_dtype": "float32"}  # fmt: skip
+
+
+def test_a_config_without_tie_word_embeddings_takes_its_class_default(tmp_path):
+    # Gemma-2-9B read as untied counted 10.16 B parameters (a second 0.92 B output matrix); tied it is 9.24 B, the
+    # published size. A Llama config without the key stays untied (LlamaConfig's default)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GEMMA2_9B))
+    gemma = import_hf_config(path)
+    assert gemma.tied_embeddings and round(gemma.total_params / 1e9, 2) == 9.24
+    path.write_text(json.dumps({**GEMMA2_9B, "tie_word_embeddings": False}))
+    assert not import_hf_config(path).tied_embeddings
+    path.write_text(json.dumps({**GEMMA2_9B, "model_type": "llama"}))
+    assert not import_hf_config(path).tied_embeddings

@@ -270,6 +270,10 @@ def method_bits_problem(scenario: Scenario) -> str | None:
 # projections, a SwiGLU MLP, RMSNorm; MoE for the *_moe / mixtral types): transformers' modeling_<type>.py files
 HF_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
                             "gemma2", "gemma3_text", "phi3", "olmo2", "granite"})  # fmt: skip
+# model types whose transformers config class defaults tie_word_embeddings to True (GemmaConfig, Gemma2Config,
+# Gemma3TextConfig; LlamaConfig, MistralConfig, MixtralConfig, Qwen2/Qwen3(-MoE), Phi3, Olmo2 and Granite default to
+# False): read from transformers 5.24.0, each class built with its defaults, 2026-12-05
+TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3_text"})
 # name endings of instruction-tuned, chat and format variants that keep their base model's architecture
 MODEL_VARIANT_SUFFIXES = ("-instruct", "-chat", "-base", "-it", "-hf", "-sft")
 PARAM_TOLERANCE = 0.03  # a computed parameter count this far from the published one is worth a warning
@@ -311,7 +315,8 @@ def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
         raise InputError(str(p), missing[0], "required key missing from config.json")
     arch = {ours: cfg[hf] for ours, hf in _HF_KEYS.items()}
     arch["kv_heads"] = cfg.get("num_key_value_heads", arch["heads"])
-    arch["tied_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
+    # a config.json that leaves tie_word_embeddings out takes its config class's default (Google's Gemma-2 configs)
+    arch["tied_embeddings"] = bool(cfg.get("tie_word_embeddings", cfg.get("model_type") in TIED_BY_DEFAULT))
     moe, keys = moe_fields(cfg, str(p))
     arch.update(moe)
     arch["qkv_bias"] = cfg.get("model_type") in {"qwen2", "qwen2_moe"} or bool(cfg.get("attention_bias", False))
