@@ -453,3 +453,13 @@ def test_the_risk_line_says_over_when_the_peak_at_risk_is_over(tmp_path):
     est = estimate_scenario(REPO / "scenarios" / "7b-lora.yaml", {"gpu": "RTX-3060", "cards": 1, "micro_batch": 8})
     assert est.memory is not None and not est.memory.fits
     assert " OVER " in uncertainty_lines(est)[0] and " within " not in uncertainty_lines(est)[0]
+
+
+def test_an_offers_usable_memory_above_its_card_is_a_one_line_error(tmp_path, run_cli):
+    # 200,000 MiB on an H100 passed catalog validate and planned "151.7 GiB ... 78% of 195.3 GiB" on an 80 GB card
+    big = write_offers(tmp_path, [offer("big", "H100-SXM", 2.0, usable_memory_mib=200000)], "big.yaml")
+    done = run_cli("catalog", "validate", big)
+    assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "offers[0].usable_memory_mib: 200,000 MiB is more than a H100-SXM holds" in done.stderr
+    fine = write_offers(tmp_path, [offer("fine", "H100-SXM", 2.0, usable_memory_mib=81559)], "fine.yaml")
+    assert run_cli("catalog", "validate", fine).exit_code == 0

@@ -91,6 +91,9 @@ def _load_gpus(path: Path, data: bytes | None = None) -> dict[str, Gpu]:
     return gpus
 
 
+USABLE_SLACK = 1.1  # usable memory may exceed memory_gib x 1024 by this much (schema_catalog.Gpu's own check)
+
+
 def _gpu_name_index(gpus: dict[str, Gpu]) -> dict[str, str]:
     names: dict[str, str] = {}
     for gpu in gpus.values():
@@ -116,6 +119,13 @@ def _load_offers(paths: list[Path], gpu_names: dict[str, str], gpus: dict[str, G
                 raise InputError(
                     str(path), f"offers[{i}].gpu", f"unknown GPU '{offer.gpu}'{did_you_mean(offer.gpu, sorted(gpus))}"
                 )
+            card_mib = gpus[gpu].memory_gib * 1024
+            if offer.usable_memory_mib is not None and offer.usable_memory_mib > card_mib * USABLE_SLACK:
+                # what a process sees cannot exceed the card (the slack, as gpus.yaml's own check, for GB-vs-GiB
+                # datasheets): 200,000 MiB on an H100 planned 195 GiB per card
+                raise InputError(str(path), f"offers[{i}].usable_memory_mib", f"{offer.usable_memory_mib:,g} MiB is "
+                                 f"more than a {gpu} holds ({gpus[gpu].memory_gib:g} GiB = {card_mib:,.0f} MiB): "
+                                 f"allowed: at most {card_mib * USABLE_SLACK:,.0f}")  # fmt: skip
             if offer.id in seen:
                 raise InputError(
                     str(path), f"offers[{i}].id", f"duplicate offer id '{offer.id}' (also in {seen[offer.id]})"
