@@ -389,3 +389,20 @@ def test_a_calibrate_option_error_names_the_option_as_typed(run_cli, tmp_path: P
     fit = _write(tmp_path, "fit.yaml", [THROUGHPUT[i] for i in TT_A100_FIT])
     done = run_cli("calibrate", fit, option, "nan")
     assert done.exit_code == 2 and f"ftopt calibrate: {option}: must be a finite number" in done.stderr
+
+
+def test_an_overlay_group_of_an_unknown_architecture_is_refused(run_cli, write_scenario, overlay_7b):
+    # arch: pascal loaded and silently never applied (engine was checked, arch was not); the allowed values are
+    # gpus.yaml's architectures, the same list as the GPU schema's
+    import typing
+
+    from optimizer.inputs.schema_catalog import Gpu
+    from optimizer.models.overlay import Arch
+
+    assert typing.get_args(Arch) == typing.get_args(Gpu.model_fields["arch"].annotation)
+    doc = yaml.safe_load(Path(overlay_7b).read_text())
+    doc["time"][0]["arch"] = "pascal"
+    bad = Path(overlay_7b).with_name("pascal.yaml")
+    bad.write_text(yaml.safe_dump(doc, sort_keys=False))
+    done = run_cli("solve", write_scenario(), "--calibration", bad)
+    assert done.exit_code == 2 and "time[0].arch: must be one of volta" in done.stderr

@@ -36,6 +36,8 @@ from optimizer.models.configs import PRECISION
 
 FORMAT = "ftopt-calibration-overlay/1"
 Engine = Literal["hf_deepspeed", "hf_fsdp", "torchtune", "nemo"]
+# the architectures catalogs/gpus.yaml names (schema_catalog.Gpu.arch): a group of another never applies
+Arch = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3"]
 
 
 class Band(Strict):
@@ -65,7 +67,7 @@ class GroupFit(Strict):
 class TimeGroup(GroupFit):
     """Step-time correction for one (GPU architecture, engine, method, precision)."""
 
-    arch: str
+    arch: Arch
     engine: Engine
     method: Method
     precision: Precision
