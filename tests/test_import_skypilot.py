@@ -188,3 +188,12 @@ def test_pcie_boards_have_no_nvlink_domain(tmp_path):
     import_file([csv], out, "runpod", as_of=date(2026, 12, 1))
     nvlink = {o["gpu"]: o["nvlink"] for o in _offers(out).values()}
     assert nvlink == {"A100-80G": False, "H100-SXM": True}
+
+
+def test_a_negative_or_missing_price_is_skipped_as_no_price_not_as_a_second_price_level(tmp_path):
+    # Price -5 was reported as "Price under 0 x another region's for the same shape (a second price level ...)"
+    path = tmp_path / "vms.csv"
+    bad = f"p4d.24xlarge,A100,8.0,96.0,1152.0,{gpu_info('A100', 8, 40960)},-5,9.0,us-east-1,use1-az1"
+    path.write_text("\n".join([HEADER, ROWS[0], bad, ROWS[-1]]) + "\n")
+    result = import_file([path], tmp_path / "aws.yaml", "aws", as_of=date(2026, 12, 1))
+    assert result.skipped == {"A100: no on-demand Price": 2}

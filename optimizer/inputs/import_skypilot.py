@@ -231,6 +231,9 @@ def build_offers(rows: list[dict[str, str]], cloud: str, gpus: dict[str, Gpu], r
         if _count(row) is None:
             skipped[f"{name[:60]}: AcceleratorCount is not a whole number of cards from 1 to {MAX_CARDS}"] += 1
             continue
+        if not (_num(row.get("Price")) or 0) > 0:  # before the price-level rule, which a missing price also fails
+            skipped[f"{name}: no on-demand Price"] += 1
+            continue
         if (_num(row.get("Price")) or 0.0) < floor * levels[_level_key(row)]:
             skipped[f"{name}: Price under {floor:g} x another region's for the same shape (a second price level: "
                     "catalogs/skypilot.yaml)"] += 1  # fmt: skip
@@ -248,9 +251,6 @@ def build_offers(rows: list[dict[str, str]], cloud: str, gpus: dict[str, Gpu], r
         mib = gpu_memory_mib(row, rules)
         if mib is not None and abs(mib - gpu.memory_gib * 1024) > 0.1 * gpu.memory_gib * 1024:
             skipped[f"{name}: {mib:.0f} MiB per GPU does not match {gpu.id}"] += 1
-            continue
-        if not (_num(row.get("Price")) or 0) > 0:
-            skipped[f"{name}: no on-demand Price"] += 1
             continue
         key = (row.get("InstanceType") or name, row["Region"])
         groups[key].append(row)
