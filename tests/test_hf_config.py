@@ -184,3 +184,10 @@ def test_a_config_without_tie_word_embeddings_takes_its_class_default(tmp_path):
     assert not import_hf_config(path).tied_embeddings
     path.write_text(json.dumps({**GEMMA2_9B, "model_type": "llama"}))
     assert not import_hf_config(path).tied_embeddings
+
+
+def test_hf_config_with_other_model_keys_says_so(run_cli, write_scenario):
+    # it said "model.layers: unknown key, did you mean 'layers'?" (suggesting the key it refused)
+    done = run_cli("solve", write_scenario(model={"hf_config": "c.json", "layers": 2}))
+    assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "model: hf_config takes no other keys (config.json gives the architecture): remove layers" in done.stderr

@@ -394,6 +394,16 @@ class HfConfigRef(Strict):
 
     hf_config: str = Field(description="path to config.json, relative to the scenario file")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _alone(cls, value: Any) -> Any:
+        """hf_config with architecture keys beside it: the config.json is the architecture, so they would be lost."""
+        if isinstance(value, dict) and len(value) > 1:
+            others = ", ".join(sorted(str(k) for k in value if k != "hf_config"))
+            raise ValueError(f"hf_config takes no other keys (config.json gives the architecture): remove {others}, "
+                             "or drop hf_config and write the architecture inline")  # fmt: skip
+        return value
+
 
 def _model_kind(value: Any) -> str | None:
     """Which form a scenario's ``model`` takes: a catalog name, an inline architecture or an HF config file."""
