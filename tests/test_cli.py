@@ -160,6 +160,11 @@ def test_models_list_json_gives_parameter_counts(run_cli, catalog):
     rows = {r["name"]: r for r in _json(run_cli("models", "list", "--json"))}
     assert rows["Llama-3.1-8B"]["params"] == 8_030_261_248
     assert len(rows) == len(catalog.models)
+    # every field of the entry (an MoE's active experts, the model type, the published dtype had been left out)
+    mixtral = rows["Mixtral-8x7B"]
+    assert (mixtral["experts"], mixtral["experts_per_token"], mixtral["model_type"]) == (8, 2, "mixtral")
+    assert rows["Qwen2.5-7B"]["qkv_bias"] is True and rows["Llama-3.1-8B"]["torch_dtype"] == "bfloat16"
+    assert "8 (2 active)" in " ".join(run_cli("models", "list").stdout.split())
 
 
 @pytest.mark.parametrize("command", [["catalog"], ["catalog", "list"], ["catalog", "show"], ["catalog", "validate"],

@@ -121,10 +121,12 @@ def print_entry(entry: Gpu | Offer, console: Console, catalog: Catalog | None = 
 
 
 def model_rows(catalog: Catalog) -> list[dict[str, Any]]:
-    """One row per catalog architecture, with the parameter count (published, else computed)."""
-    return [{"name": m.name, "params": m.total_params, "layers": m.layers, "hidden": m.hidden,
-             "intermediate": m.intermediate, "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab,
-             "tied_embeddings": m.tied_embeddings, "experts": m.experts, "source": m.source}
+    """One row per catalog architecture: every field of its models.yaml entry that is set.
+
+    As docs/json-contract.md says, "the catalog entries' fields" (experts_per_token, model_type, torch_dtype,
+    head_dim, qkv_bias ...), with ``params`` the parameter count (published, else computed).
+    """
+    return [{**m.model_dump(mode="json", exclude_none=True), "params": m.total_params}
             for m in sorted(catalog.models.values(), key=lambda m: (m.total_params, m.name))]  # fmt: skip
 
 
@@ -133,12 +135,13 @@ def model_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="Model architectures (L layers, h hidden, I SwiGLU width, a/kv heads, V vocabulary)",
                   show_edge=False)  # fmt: skip
     table.add_column("name", no_wrap=True, min_width=max((len(r["name"]) for r in rows), default=4))
-    for col in ("params", "L", "h", "I", "a/kv", "V", "tied"):
+    for col in ("params", "L", "h", "I", "a/kv", "V", "tied", "experts"):
         table.add_column(col, justify="right", no_wrap=True)
     for r in rows:
+        moe = f"{r['experts']} ({r.get('experts_per_token', 1)} active)" if r.get("experts", 1) > 1 else "-"
         table.add_row(escape(r["name"]), f"{r['params'] / 1e9:,.2f} B", str(r["layers"]), str(r["hidden"]),
                       str(r["intermediate"]), f"{r['heads']}/{r['kv_heads']}", str(r["vocab"]),
-                      "yes" if r["tied_embeddings"] else "no")  # fmt: skip
+                      "yes" if r["tied_embeddings"] else "no", moe)  # fmt: skip
     return table
 
 
