@@ -30,7 +30,7 @@ from typing import Any
 
 from optimizer.inputs.errors import InputError
 from optimizer.inputs.inputfile import MAX_LOG_BYTES, parse_json, read_text
-from optimizer.inputs.measurement import Case, load_cases, parse_cases
+from optimizer.inputs.measurement import PINNED, Case, load_cases, parse_cases
 
 MIB_PER_GIB = 1024.0
 TORCHTUNE_LINE = re.compile(r"^Step (\d+) \| (.*)$")
@@ -194,5 +194,3 @@ def read_measurements(path: str | Path, scenario: dict[str, Any] | None,
                          f"least; missing: {', '.join(missing)}")  # fmt: skip
     return [IMPORTERS[kind](path, scenario)]
 
-
-PINNED = ("gpu", "cards", "micro_batch")  # what a measurement's scenario must pin (inputs/measurement.py checks it)

@@ -66,6 +66,9 @@ class Measured(Strict):
         return None if self.peak is None or self.unit is None else self.peak * UNIT_BYTES[self.unit]
 
 
+PINNED = ("gpu", "cards", "micro_batch")  # what a measurement's scenario.plan must pin: the configuration that ran
+
+
 class Case(Strict):
     """One measurement: the scenario with its pinned plan, and what was measured."""
 
@@ -82,7 +85,7 @@ class Case(Strict):
     @model_validator(mode="after")
     def _plan_pinned(self) -> Case:
         plan = self.scenario.get("plan")
-        if not isinstance(plan, dict) or not {"gpu", "cards", "micro_batch"} <= set(plan):
+        if not isinstance(plan, dict) or not set(PINNED) <= set(plan):
             raise ValueError("scenario.plan must pin at least gpu, cards and micro_batch (the configuration that ran)")
         return self
 

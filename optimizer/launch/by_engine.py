@@ -126,11 +126,9 @@ def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int, save_st
     settings.update(file_exports(scenario, plan, arch))  # the files of their own (exporters.py), shown here too
     if save_steps is not None:
         notes.append(save_note(fw, save_steps))
-        for key in HF_FILES:
-            if isinstance(settings.get(key), dict):
-                if key == "training_arguments":
-                    settings[key]["save_strategy"] = "steps"
-                settings[key]["save_steps"] = save_steps
+        if isinstance(settings.get("training_arguments"), dict):
+            settings["training_arguments"]["save_strategy"] = "steps"
+        set_in_hf_files(settings, {"save_steps": save_steps})
         if fw is Framework.nemo:
             settings["nemo"].setdefault("checkpoint", {})["every_n_train_steps"] = save_steps
     notes += loss_settings(settings, scenario)
@@ -144,6 +142,13 @@ def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int, save_st
 
 
 HF_FILES = ("training_arguments", "llamafactory.yaml", AXOLOTL_FILE)  # the HF-format files (TrainingArguments names)
+
+
+def set_in_hf_files(settings: dict[str, Any], values: dict[str, Any]) -> None:
+    """Set ``values`` in each HF-format file the settings hold (:data:`HF_FILES`): the keys all three read alike."""
+    for key in HF_FILES:
+        if isinstance(settings.get(key), dict):
+            settings[key].update(values)
 
 
 LIGER_AXOLOTL = {"plugins": ["axolotl.integrations.liger.LigerPlugin"], "liger_fused_linear_cross_entropy": True}
@@ -199,9 +204,7 @@ def run_length(settings: dict[str, Any], scenario: Scenario, steps: int) -> str:
     ceil(steps / epochs), optimizer steps (torchtune 0.6.1 recipes/*_distributed.py stop an epoch when
     (idx + 1) // gradient_accumulation_steps reaches it).
     """
-    for key in HF_FILES:
-        if isinstance(settings.get(key), dict):
-            settings[key]["max_steps"] = steps
+    set_in_hf_files(settings, {"max_steps": steps})
     how = "max_steps in the files"
     if isinstance(settings.get("torchtune"), dict):
         epochs = math.ceil(scenario.data.epochs)
@@ -222,9 +225,7 @@ def retention(settings: dict[str, Any], framework: Framework, kept: int) -> str:
     training_args.py); NeMo 2: ModelCheckpoint ``save_top_k`` (NeMo's default_log keeps the top 2 by
     reduced_train_loss, and save_last one more); torchtune 0.6.1 keeps every epoch's checkpoint and has no key for it.
     """
-    for key in HF_FILES:
-        if isinstance(settings.get(key), dict):
-            settings[key]["save_total_limit"] = kept
+    set_in_hf_files(settings, {"save_total_limit": kept})
     how = "save_total_limit in the files"
     if framework is Framework.nemo:
         settings["nemo"].setdefault("checkpoint", {})["save_top_k"] = kept

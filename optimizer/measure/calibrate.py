@@ -51,7 +51,7 @@ from optimizer.inputs.catalog import builtin_offer_names, load_catalog, load_sce
 from optimizer.inputs.errors import InputError
 from optimizer.inputs.importers import read_measurements
 from optimizer.inputs.measurement import UNIT_BYTES, Case
-from optimizer.inputs.yamlio import validate, validate_value
+from optimizer.inputs.yamlio import validate_value
 from optimizer.models.configs import PRECISION
 from optimizer.models.engines import engine_key
 from optimizer.models.memory import peak_for_metric
@@ -351,7 +351,6 @@ def calibrate(files: list[str], scenario: str | None = None, prior_weight: float
     """
     for name, value in (("prior_weight", prior_weight), ("max_factor", max_factor)):  # named as the options are
         validate_value(Shrinkage, name, value, "ftopt calibrate", "--" + name.replace("_", "-"))
-    validate(Shrinkage, {"prior_weight": prior_weight, "max_factor": max_factor}, "ftopt calibrate", "--")
     cases = collect(files, scenario)
     with tempfile.TemporaryDirectory(prefix="ftopt-calibrate-") as tmp:
         result = fit_overlay(cases, Path(tmp), prior_weight, max_factor)

@@ -335,9 +335,14 @@ def money_text(est: Estimate) -> str:
     """
     c = est.cost
     assert c is not None
-    if c.budget_currency_total is None:
-        return f"{c.total:,.2f} {c.currency}"
-    return f"{c.total:,.2f} {c.currency} (= {c.budget_currency_total:,.2f} {c.budget_currency})"
+    return money_pair(c.total, c.currency, c.budget_currency_total, c.budget_currency)
+
+
+def money_pair(total: float, currency: str, budget_total: float | None, budget_currency: str | None) -> str:
+    """'1,124.12 USD (= 7,608.69 CNY)', or '10,998.27 CNY' without a second currency (text and HTML alike)."""
+    if budget_total is None:
+        return f"{total:,.2f} {currency}"
+    return f"{total:,.2f} {currency} (= {budget_total:,.2f} {budget_currency or ''})"
 
 
 def no_plan_text(no_plan: list[tuple[str, str]] | None) -> str | None:

@@ -14,7 +14,7 @@ from optimizer.models.coverage import NO_P2P, NO_RUN, WORST_RUN, above_text
 from optimizer.report.html.html_shell import GIB, Cell, bullets, cell, definitions, esc, gib, money, num, section, table
 from optimizer.report.html.html_svg import band, stacked_bar
 from optimizer.report.offer import figure
-from optimizer.report.plan import MEMORY_ROWS, _units, billing_basis
+from optimizer.report.plan import MEMORY_ROWS, _units, billing_basis, money_pair
 
 
 def layout(p: dict[str, Any]) -> str:
@@ -28,11 +28,8 @@ def money_cell_text(doc: dict[str, Any]) -> str:
 
     From the JSON document, as the HTML is built; report/plan.py's money_text reads the Estimate.
     """
-    c = doc["cost"]
-    text = f"{c['total']:,.2f} {c['currency']}"
-    if c.get("budget_currency_total") is not None:
-        text += f" (= {c['budget_currency_total']:,.2f} {c.get('budget_currency') or ''})"
-    return text  # plain text: cell() escapes it
+    c = doc["cost"]  # plain text: cell() escapes it
+    return money_pair(c["total"], c["currency"], c.get("budget_currency_total"), c.get("budget_currency"))
 
 
 def report_cost(doc: dict[str, Any]) -> float:
