@@ -156,7 +156,8 @@ def test_qlora_under_fsdp_follows_the_peft_recipe():
     assert fp16["dtype"] == fp16["quantization_config"]["bnb_4bit_quant_storage"] == "float32"
     lora = launch_settings(_scenario("lora", sharding="fsdp"), _plan(), cards_per_node=8)
     assert lora["accelerate_fsdp"]["fsdp_use_orig_params"] is False
-    assert lora["from_pretrained"] == {"attn_implementation": "flash_attention_2"}  # a 16-bit base: kernel only
+    # a 16-bit LoRA base under FSDP loads in fp32, as hf_fsdp prices it (frozen_base_bytes 4, PEFT's sft example)
+    assert lora["from_pretrained"] == {"attn_implementation": "flash_attention_2", "dtype": "float32"}
     assert lora["training_arguments"]["activation_checkpointing_kwargs"] == {"use_reentrant": False}
     assert fsdp_plugin(_scenario("full", sharding="fsdp"), _plan())["fsdp_use_orig_params"] is True
 
@@ -178,6 +179,56 @@ def test_qlora_under_zero3_stores_weights_in_the_model_dtype():
     eight = from_pretrained(_scenario("lora", base_bits=8), _plan())
     assert eight == {"attn_implementation": "flash_attention_2", "quantization_config": {"load_in_8bit": True}}
     assert from_pretrained(_scenario("full", attention="sdpa"), _plan()) == {"attn_implementation": "sdpa"}
+
+
+def test_a_16_bit_model_loads_in_the_dtype_its_memory_is_priced_in():
+    """Without a dtype from_pretrained loads the checkpoint's own (transformers dtype="auto"): a bf16 model trained
+    pure bf16 where the hf profile prices fp32 master weights (weight_bytes 6), and a float16 one under fp16 stopped
+    at the GradScaler. Full fine-tuning without DeepSpeed and any FSDP plan load fp32; a plain LoRA base the
+    16-bit compute dtype (frozen_base_bytes 2); DeepSpeed casts the module itself."""
+    ddp = dict(zero_stage=0, offload="none", cards=4, nodes=1, dp=4)
+    assert from_pretrained(_scenario("full"), _plan(**ddp))["dtype"] == "float32"
+    assert from_pretrained(_scenario("full"), _plan(precision="fp16", **ddp))["dtype"] == "float32"
+    assert from_pretrained(_scenario("full", sharding="fsdp"), _plan(offload="none"))["dtype"] == "float32"
+    assert from_pretrained(_scenario("lora"), _plan(**ddp))["dtype"] == "bfloat16"
+    assert from_pretrained(_scenario("lora"), _plan(precision="fp16", **ddp))["dtype"] == "float16"
+    assert "dtype" not in from_pretrained(_scenario("full"), _plan())  # DeepSpeed ZeRO-3
+    assert "dtype" not in from_pretrained(_scenario("lora", base_bits=8), _plan(**ddp))
+
+
+def test_the_load_dtype_follows_the_calibration_profiles():
+    """Each engine profile's bytes per parameter name the dtype the launch loads in: 4 or 6 (fp32, with or without
+    an autocast copy) is float32, 2 the 16-bit compute dtype (hf_args.load_dtype)."""
+    from optimizer.launch.hf_args import load_dtype
+
+    profiles = yaml.safe_load((REPO / "catalogs" / "calibration.yaml").read_text())["memory"]["profiles"]
+    ddp = dict(zero_stage=0, offload="none", cards=4, nodes=1, dp=4)
+    cases = {("hf", "full"): ("weight_bytes", _scenario("full"), _plan(**ddp)),
+             ("hf", "lora"): ("frozen_base_bytes", _scenario("lora"), _plan(**ddp)),
+             ("hf_fsdp", "full"): ("weight_bytes", _scenario("full", sharding="fsdp"), _plan(offload="none")),
+             ("hf_fsdp", "lora"): ("frozen_base_bytes", _scenario("lora", sharding="fsdp"), _plan(offload="none"))}
+    for (profile, method), (key, sc, plan) in cases.items():
+        fp32 = profiles[profile][key] >= 4
+        assert (load_dtype(sc, plan) == "float32") is fp32, (profile, method)
+
+
+def test_sgd_runs_with_the_momentum_its_memory_is_priced_with():
+    """The memory model prices SGD's momentum buffer (half of AdamW's states); torch's SGD and the Trainer's
+    optim "sgd" default to momentum 0, so every file sets it (TrainingArguments optim_args; torchtune's block)."""
+    ddp = dict(zero_stage=0, offload="none", cards=4, nodes=1, dp=4, optimizer="sgd")
+    settings = launch_settings(_scenario("full"), _plan(**ddp), cards_per_node=8)
+    assert settings["training_arguments"]["optim"] == "sgd"
+    assert settings["training_arguments"]["optim_args"] == "momentum=0.9"
+    from optimizer.launch.axolotl_cfg import axolotl_config
+    from optimizer.launch.llamafactory_cfg import llamafactory_config
+
+    lf, ax = llamafactory_config(_scenario("full"), _plan(**ddp)), axolotl_config(_scenario("full"), _plan(**ddp))
+    assert lf["optim_args"] == ax["optim_args"] == "momentum=0.9"
+    adamw = launch_settings(_scenario("full"), _plan(**{**ddp, "optimizer": "adamw"}), cards_per_node=8)
+    assert "optim_args" not in adamw["training_arguments"]
+    tt = launch_settings(_scenario("full", framework="torchtune", sharding="fsdp"), _plan(optimizer="sgd",
+                         offload="none"), cards_per_node=8)  # fmt: skip
+    assert tt["torchtune"]["optimizer"] == {"_component_": "torch.optim.SGD", "momentum": 0.9}
 
 
 def test_fsdp_command_turns_fsdp_on():
@@ -301,7 +352,7 @@ def test_torchtune_adamw_runs_fused_as_the_hf_launch_does():
     assert hf["training_arguments"]["optim"] == "adamw_torch_fused"
     sgd = launch_settings(_scenario("full", framework="torchtune", sharding="fsdp"), _plan(optimizer="sgd"),
                           cards_per_node=8)  # fmt: skip
-    assert sgd["torchtune"]["optimizer"] == {"_component_": "torch.optim.SGD"}
+    assert sgd["torchtune"]["optimizer"] == {"_component_": "torch.optim.SGD", "momentum": 0.9}
 
 
 def test_torchtune_notes_what_the_recipe_cannot_run():
@@ -455,3 +506,57 @@ def test_lora_targets_an_engine_changes_are_said_or_launched():
     assert "lm_head adapter the plan priced is left off" in notes and "linear_qkv fuses" in notes
     plain = settings("nemo", "Llama-3.1-8B", ["all-linear"])
     assert not any("LoRA" in n or "fuses" in n for n in plain.get("notes", []))
+
+
+def test_torchtune_steps_bitsandbytes_optimizers_on_one_card_with_the_single_device_recipe(write_scenario, run_cli):
+    """bitsandbytes' 8-bit optimizers do not take FSDP2's sharded parameters, which the distributed recipes use
+    (calibration frameworks.one_card_optimizers); torchtune runs them in its single-device recipes only. The solver
+    plans one card, the command runs the single-device recipe without torchrun, and a pinned two cards is a one-line
+    error naming plan.cards."""
+    training = {"framework": "torchtune", "optimizer": "paged_adamw_8bit", "attention": "flash"}
+    path = write_scenario("tt-8bit.yaml", method="qlora", training=training, deadline_hours=10_000)
+    est = solve_scenario(path).best
+    assert est.plan is not None and est.plan.cards == 1
+    settings = launch_settings(load_scenario(path), est.plan, cards_per_node=8)
+    assert settings["command"].startswith("tune run lora_finetune_single_device --config <config>")
+    assert "fsdp_cpu_offload" not in settings["torchtune"] and "fsdp_reshard_after_forward" not in settings["torchtune"]
+    adamw = write_scenario("tt-adamw.yaml", method="qlora", training={**training, "optimizer": "adamw"},
+                           plan={"cards": 4})  # fmt: skip
+    assert solve_scenario(adamw).best.plan.cards == 4  # other optimizers keep the distributed recipes
+    pinned = write_scenario("tt-8bit-2.yaml", method="qlora", training=training, plan={"cards": 2})
+    result = run_cli("solve", str(pinned))
+    assert result.exit_code == 2 and "plan.cards" in result.stderr and "one card only" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_one_card_torchtune_plans_run_the_single_device_recipes():
+    """One card without offloading: torchtune's single-device recipes (its own one-GPU configs), no FSDP keys and no
+    torchrun; a one-card LoRA plan that offloads keeps the distributed recipe, whose FSDP2 does the offloading."""
+    one = dict(cards=1, nodes=1, dp=1, zero_stage=0, offload="none", grad_accum=16)
+    full = launch_settings(_scenario("full", framework="torchtune", sharding="fsdp"), _plan(**one), cards_per_node=8)
+    assert full["command"] == "tune run full_finetune_single_device --config <config>"
+    offloaded = launch_settings(_scenario("lora", framework="torchtune", sharding="fsdp"),
+                                _plan(**{**one, "zero_stage": 3, "offload": "all"}), cards_per_node=8)  # fmt: skip
+    assert " lora_finetune_distributed " in offloaded["command"] and offloaded["torchtune"]["fsdp_cpu_offload"]
+
+
+def test_axolotl_full_fine_tuning_without_sharding_says_it_trains_16_bit_weights():
+    """Axolotl loads the weights in its bf16/fp16 switch's dtype (utils/config cfg.torch_dtype), so a DDP full plan
+    priced with fp32 master weights trains pure 16-bit there: a note says so; DeepSpeed keeps its own masters."""
+    ddp = dict(zero_stage=0, offload="none", cards=4, nodes=1, dp=4)
+    notes = launch_settings(_scenario("full"), _plan(**ddp), cards_per_node=8)["notes"]
+    assert any(n.startswith("axolotl.yaml: Axolotl loads the weights in the precision it trains in") for n in notes)
+    for plan, method in ((_plan(), "full"), (_plan(**ddp), "lora")):
+        notes = launch_settings(_scenario(method), plan, cards_per_node=8)["notes"]
+        assert not any("Axolotl loads the weights" in n for n in notes)
+
+
+def test_a_packed_plan_says_how_llamafactory_packs():
+    """LLaMA-Factory packs whole samples by greedy knapsack, padding the rows (data/processor/supervised.py); the plan
+    counts samples concatenated and cut into full rows, as TRL's wrapped packing does: a note says what differs."""
+    packed = launch_settings(_scenario("lora"), _plan(), cards_per_node=8)["notes"]
+    assert any(n.startswith("llamafactory.yaml: LLaMA-Factory packs whole samples") for n in packed)
+    doc = scenario_doc(method="lora", lora={"rank": 16, "alpha": 32, "targets": ["all-linear"]},
+                       data={"samples": 1000, "avg_tokens": 500, "epochs": 1, "packing": False})  # fmt: skip
+    unpacked = launch_settings(Scenario(**doc), _plan(), cards_per_node=8)["notes"]
+    assert not any("LLaMA-Factory packs" in n for n in unpacked)

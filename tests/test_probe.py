@@ -154,6 +154,26 @@ def test_the_probe_recomputes_with_the_launchs_use_reentrant(tmp_path: Path, met
     assert cfg["use_reentrant"] is reentrant  # probe.py passes it to checkpointing_args (tests_real runs it)
 
 
+@pytest.mark.parametrize("method,sharding,zero,loaded", [("lora", "fsdp", 3, "float32"), ("full", "fsdp", 3, "float32"),
+                                                            ("lora", "deepspeed", 0, "bfloat16"),
+                                                            ("full", "deepspeed", 3, None)])  # fmt: skip
+def test_the_probe_loads_the_model_in_the_launchs_dtype(tmp_path: Path, method: str, sharding: str, zero: int,
+                                                        loaded: str | None):  # fmt: skip
+    """The probe builds the model in the dtype the launch loads it in (hf_args.load_dtype): a LoRA base under FSDP in
+    fp32, as hf_fsdp prices it, where the probe built it in 16 bits and measured a smaller run than the one priced;
+    under DeepSpeed the engine casts, and the probe keeps its own rule (fp32 for full fine-tuning)."""
+    doc = yaml.safe_load(SEVEN_B.read_text())
+    doc.update(method=method, plan={"zero_stage": zero, "cards": 2, "checkpointing": "full", "offload": "none"})
+    doc["training"] = {**doc.get("training", {}), "sharding": sharding}
+    if method == "full":
+        doc.pop("lora", None)
+    path = tmp_path / f"7b-{method}-{sharding}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    probe_scenario(path, tmp_path / "out")
+    cfg = json.loads((tmp_path / "out" / "probe_config.json").read_text())
+    assert cfg["load_dtype"] == loaded
+
+
 def test_an_fsdp_probe_runs_the_launchs_fsdp_settings(tmp_path: Path):
     """The probe's FSDP is the launch's (fsdp_args.fsdp_plugin): FSDP1, its sharding strategy and use_orig_params
     false for LoRA, where the Trainer alone would run FSDP2 with use_orig_params true."""

@@ -146,6 +146,8 @@ def _engine_runs(doc: dict[str, Any], frameworks: dict[str, Any]) -> None:
     stages = frameworks.get("zero_stages", {}).get(engine)
     if stages is not None and pins.get("zero_stage") is not None and pins["zero_stage"] not in stages:
         pins["zero_stage"] = max(stages)  # a stage the engine does not have is refused
+    if pins.get("cards", 1) > 1 and training["optimizer"] in frameworks.get("one_card_optimizers", {}).get(engine, []):
+        training["optimizer"] = "adamw"  # and so are several cards for an optimizer it steps on one card only
     if pins.get("offload", "none") == "none":
         return
     if training["optimizer"] not in _pinned_offload_optimizers(frameworks, engine):
@@ -230,7 +232,10 @@ def _configs(sc: Scenario, arch: ModelArch, offer: Offer, catalog: Catalog):
     pins, gb = sc.plan, sc.global_batch
     engine = f"hf_{sc.training.sharding.value}" if sc.training.framework.value == "hf" else sc.training.framework.value
     tps = catalog.calibration["frameworks"].get("parallelism", {}).get(engine, {}).get("tp", TP_CHOICES)
-    for cards in _card_counts(offer):
+    one_card = catalog.calibration["frameworks"].get("one_card_optimizers", {}).get(engine, [])
+    # an optimizer the engine steps on one card only (calibration frameworks.one_card_optimizers)
+    most = 1 if (sc.plan.optimizer or sc.training.optimizer).value in one_card else None
+    for cards in [c for c in _card_counts(offer) if most is None or c <= most]:
         nodes = -(-cards // offer.cards_per_node)
         for tp in TP_CHOICES:
             if not _allowed(tp, pins.tp) or tp > _tp_limit(offer, catalog) or tp not in tps:

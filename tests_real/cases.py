@@ -108,6 +108,10 @@ def _variants() -> dict[str, dict[str, Any]]:
     out["tt-fp32"] = _variant("torchtune", "lora", precision="fp32", **_A100)
     out["tt-adafactor"] = _variant("torchtune", "lora", training={"optimizer": "adafactor"})  # no fused argument
     out["tt-2nodes"] = _variant("torchtune", cards=16, zero_stage=3, offload="none")
+    # one card: the single-device recipes, which alone step bitsandbytes' 8-bit optimizers (one_card_optimizers)
+    out["tt-full-1gpu-8bit"] = _variant("torchtune", cards=1, **_H200, training={"optimizer": "paged_adamw_8bit"})
+    out["tt-lora-1gpu-8bit"] = _variant("torchtune", "lora", cards=1, **_H100_CARD,
+                                        training={"optimizer": "adamw_8bit"})  # fmt: skip
     for zero, offload in [(0, "none"), (1, "none"), (1, "optimizer"), (2, "none"), (3, "none")]:
         out[f"nemo-z{zero}-{offload}"] = _variant("nemo", zero_stage=zero, offload=offload)
     out["nemo-tp2"] = _variant("nemo", tp=2, zero_stage=1, offload="none")

@@ -16,9 +16,13 @@ import pytest
 from tests_real.cases import ids_for, solved
 
 TORCHTUNE = ids_for("torchtune")
-_BASE_CONFIG = {"full_finetune_distributed": "llama3_1/8B_full", "lora_finetune_distributed": "llama3_1/8B_lora"}
+_BASE_CONFIG = {"full_finetune_distributed": "llama3_1/8B_full", "lora_finetune_distributed": "llama3_1/8B_lora",
+                "full_finetune_single_device": "llama3_1/8B_full_single_device",
+                "lora_finetune_single_device": "llama3_1/8B_lora_single_device"}  # fmt: skip
 _RECIPE_CLASS = {"full_finetune_distributed": "FullFinetuneRecipeDistributed",
-                 "lora_finetune_distributed": "LoRAFinetuneRecipeDistributed"}  # fmt: skip
+                 "lora_finetune_distributed": "LoRAFinetuneRecipeDistributed",
+                 "full_finetune_single_device": "FullFinetuneRecipeSingleDevice",
+                 "lora_finetune_single_device": "LoRAFinetuneRecipeSingleDevice"}  # fmt: skip
 
 
 def _recipe(case) -> str:

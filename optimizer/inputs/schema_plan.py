@@ -82,8 +82,8 @@ class TimeReport(Strict):
     step_seconds: float
     tokens_per_second: float
     mfu: float
-    # hardware FLOPs utilisation: FLOPs executed per token (recomputation included) x tokens/s / (cards x dense
-    # peak of the plan's precision); compared with the published runs of the plan's cell and precision
+    # hardware FLOPs utilisation: model FLOPs plus recomputation per token (attention in full) x tokens/s / (cards x
+    # dense peak of the plan's precision); compared with the published runs of the plan's cell and precision
     # (models/coverage.py efficiency ceiling)
     hfu: float | None = None
     hours: float

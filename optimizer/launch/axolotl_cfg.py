@@ -16,7 +16,7 @@ from typing import Any
 from optimizer.inputs.schema import Attention, Checkpointing, Method, ModelArch, Offload, Precision, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.ds_config import ds_declares_optimizer
-from optimizer.launch.hf_args import accelerator_config, hf_optim, trainer_recomputes, use_reentrant
+from optimizer.launch.hf_args import accelerator_config, hf_optim, hf_optim_args, trainer_recomputes, use_reentrant
 from optimizer.launch.launch_common import LR_SCHEDULE, plan_attention, torchrun_args, uses_deepspeed, uses_fsdp
 from optimizer.launch.lora_names import lora_names
 
@@ -92,6 +92,8 @@ def axolotl_config(scenario: Scenario, plan: Plan, arch: ModelArch | None = None
             cfg["accelerator_config"] = sync
     if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
         cfg["optimizer"] = hf_optim(scenario, plan)
+        if hf_optim_args(plan) is not None:
+            cfg["optim_args"] = hf_optim_args(plan)
     return cfg
 
 
@@ -114,12 +116,26 @@ def fsdp_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:
 
 
 def axolotl_notes(scenario: Scenario, plan: Plan) -> list[str]:
-    """What Axolotl itself warns about for these settings (utils/schemas/config.py check_sample_packing_w_sdpa_bf16)."""
+    """Where axolotl.yaml runs otherwise than the plan is priced, and what Axolotl itself warns about.
+
+    - Full fine-tuning without DeepSpeed or FSDP: Axolotl loads the weights in the dtype of its bf16/fp16 switch
+      (utils/config/__init__.py: ``cfg.torch_dtype``), so it trains 16-bit weights and optimizer states where the
+      plan prices fp32 master weights (hf_args.load_dtype); a float16 checkpoint under fp16 stops at the first step.
+    - Packing with sdpa in bf16 (utils/schemas/config.py check_sample_packing_w_sdpa_bf16).
+    """
+    notes = []
+    half = plan.precision is not Precision.fp32
+    if scenario.method is Method.full and half and not (uses_deepspeed(scenario, plan) or uses_fsdp(scenario, plan)):
+        notes.append("axolotl.yaml: Axolotl loads the weights in the precision it trains in, so without DeepSpeed or "
+                     "FSDP it trains 16-bit weights and optimizer states, not the fp32 master weights this plan "
+                     "prices (and an fp16 checkpoint under fp16 fails at the first step): launch the Trainer "
+                     "(launch.yaml) or LLaMA-Factory for this plan")  # fmt: skip
     sdpa = plan_attention(scenario, plan) is Attention.sdpa
     if scenario.data.packing and sdpa and plan.precision is Precision.bf16:
-        return ["axolotl.yaml: Axolotl warns that sample_packing with sdpa in bf16 may train to a 0.0 loss on GPUs "
-                "before Hopper (sm90); there, set training.attention: flash or use the TRL/LLaMA-Factory export"]
-    return []
+        notes.append("axolotl.yaml: Axolotl warns that sample_packing with sdpa in bf16 may train to a 0.0 loss on "
+                     "GPUs before Hopper (sm90); there, set training.attention: flash or use the TRL/LLaMA-Factory "
+                     "export")  # fmt: skip
+    return notes
 
 
 def axolotl_command(plan: Plan, cards_per_node: int) -> str:

@@ -27,7 +27,7 @@ from optimizer.launch.exporters import file_exports
 from optimizer.launch.fsdp_args import fsdp_plugin
 from optimizer.launch.hf_args import OLDEST_TRANSFORMERS, from_pretrained, hf_arguments, launcher, sft_config
 from optimizer.launch.launch_common import peft_lora_config, uses_deepspeed, uses_fsdp
-from optimizer.launch.llamafactory_cfg import llamafactory_settings
+from optimizer.launch.llamafactory_cfg import LLAMAFACTORY_PACKING, llamafactory_settings
 from optimizer.launch.lora_names import llamafactory_notes, lora_names
 from optimizer.launch.nemo_cfg import nemo_settings
 from optimizer.launch.torchtune_cfg import torchtune_settings
@@ -94,6 +94,8 @@ def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int,
     settings["llamafactory"] = {"environment": lf["environment"], "command": lf["command"]}
     settings["axolotl"] = {"command": axolotl_command(plan, cards_per_node)}
     notes += axolotl_notes(scenario, plan)
+    if scenario.data.packing:
+        notes.append(LLAMAFACTORY_PACKING.format(seq_len=scenario.seq_len))
     notes.append("sft_config: TRL SFTConfig keys on top of training_arguments; with the plain Trainer, pack or cut "
                  f"the dataset into rows of {scenario.seq_len} tokens yourself")  # fmt: skip
     notes.append(f"training_arguments use transformers >= {OLDEST_TRANSFORMERS} names; before it write "

@@ -21,6 +21,7 @@ from optimizer.launch.launch_common import (
     HF_ATTENTION,
     LR_SCHEDULE,
     MASTER_PORT,
+    SGD_MOMENTUM,
     TORCH_DTYPE,
     flag,
     half_bf16,
@@ -49,6 +50,15 @@ def hf_optim(scenario: Scenario, plan: Plan) -> str:
     """
     foreach = scenario.training.optimizer_kernel is OptimizerKernel.foreach
     return "adamw_torch" if plan.optimizer is OptimizerName.adamw and foreach else HF_OPTIM[plan.optimizer]
+
+
+def hf_optim_args(plan: Plan) -> str | None:
+    """TrainingArguments ``optim_args`` for the plan: SGD's momentum (launch_common.SGD_MOMENTUM), else None.
+
+    The Trainer's ``optim: sgd`` reads momentum only from ``optim_args`` (transformers trainer_optimizer.py
+    _get_sgd); LLaMA-Factory passes TrainingArguments on, and Axolotl's ``optim_args`` reaches the same place.
+    """
+    return f"momentum={SGD_MOMENTUM}" if plan.optimizer is OptimizerName.sgd else None
 
 
 def trainer_recomputes(scenario: Scenario, plan: Plan) -> bool:
@@ -108,6 +118,8 @@ def hf_arguments(scenario: Scenario, plan: Plan) -> dict[str, Any]:
         # with "optimizer" in ds_config.json the Trainer ignores optim (DummyOptim), so printing one would contradict
         # the config: DeepSpeed steps DeepSpeedCPUAdam on the host
         args["optim"] = hf_optim(scenario, plan)
+        if hf_optim_args(plan) is not None:
+            args["optim_args"] = hf_optim_args(plan)
     if scenario.training.compile:
         args["torch_compile"] = True  # TrainingArguments torch_compile
     if scenario.training.activation_offload:
@@ -134,16 +146,41 @@ def sft_config(scenario: Scenario) -> dict[str, Any]:
     return keys
 
 
+def load_dtype(scenario: Scenario, plan: Plan) -> str | None:
+    """The dtype a 16-bit (not 4/8-bit) model is loaded in, as calibration ``profiles`` price it; None: the engine's.
+
+    Without one, ``from_pretrained`` loads the checkpoint's own dtype (transformers ``dtype="auto"``), so a
+    bf16-published model would train in pure bf16 (16-bit AdamW states) where the plan prices mixed precision, and
+    a float16 one under fp16 would stop at the first step (the GradScaler refuses to unscale fp16 gradients):
+    - full fine-tuning without DeepSpeed: fp32 master weights that the Trainer autocasts (profile ``hf``
+      weight_bytes 6 = 4 + a 2-byte compute copy; ``hf_fsdp`` 4, FSDP's flat parameters keep the load dtype);
+    - a LoRA base under FSDP: fp32 (``hf_fsdp`` frozen_base_bytes 4, PEFT examples/sft/utils.py), which also gives
+      FSDP's flat parameters the one dtype they must have with the fp32 adapters;
+    - a LoRA base otherwise: the plan's 16-bit compute dtype (``hf`` frozen_base_bytes 2);
+    - under DeepSpeed: None, the engine casts the module to its own precision and keeps its fp32 master copy.
+    fp32 plans load fp32. A 4/8-bit base: None here (:func:`from_pretrained` decides its storage dtype).
+    """
+    if scenario.frozen_base_bits != 16 or uses_deepspeed(scenario, plan):
+        return None
+    if plan.precision is Precision.fp32 or scenario.method is Method.full or uses_fsdp(scenario, plan):
+        return "float32"
+    return TORCH_DTYPE.get(plan.precision, "bfloat16")
+
+
 def from_pretrained(scenario: Scenario, plan: Plan) -> dict[str, Any]:
     """``AutoModelForCausalLM.from_pretrained`` keyword arguments: attention kernel and, for a 4/8-bit base, loading.
 
     NF4 with double quantisation is the base the memory model prices (QLoRA paper; bitsandbytes defaults to fp4).
     Sharded (ZeRO-3 or FSDP), the packed weights must be stored in the model's float dtype, and ``dtype`` must match
     it: bfloat16 under bf16; float32 under fp16 "for stable automatic mixed precision" (peft accelerate/fsdp.md and
-    deepspeed.md, examples/sft/utils.py).
+    deepspeed.md, examples/sft/utils.py). A 16-bit model is loaded in the dtype the memory model prices it in
+    (:func:`load_dtype`).
     """
     kwargs: dict[str, Any] = {"attn_implementation": HF_ATTENTION[plan_attention(scenario, plan)]}
     bits = scenario.frozen_base_bits
+    dtype = load_dtype(scenario, plan)
+    if dtype is not None:
+        kwargs["dtype"] = dtype  # transformers >= 4.56 name; torch_dtype before
     if bits == 8:
         kwargs["quantization_config"] = {"load_in_8bit": True}
     elif bits == 4:

@@ -18,6 +18,10 @@ ACCELERATE_PRECISION = {Precision.bf16: "bf16", Precision.fp16: "fp16", Precisio
 HF_ATTENTION = {Attention.flash: "flash_attention_2", Attention.sdpa: "sdpa", Attention.eager: "eager"}
 TORCH_DTYPE = {Precision.fp16: "float16"}  # anything else computes in bfloat16 (the QLoRA compute dtype)
 MASTER_PORT = 29500  # torchrun's default --master_port
+# SGD with momentum, as the memory model prices it (models/memory.py _state_bytes: one fp32 buffer, half of AdamW's
+# states): torch.optim.SGD and the HF Trainer's optim "sgd" default to momentum 0 (no buffer); 0.9 is Megatron-Core's
+# default (OptimizerConfig.sgd_momentum), which the NeMo export runs with
+SGD_MOMENTUM = 0.9
 # The learning-rate schedule of every HF-format file: transformers' default (TrainingArguments lr_scheduler_type
 # "linear", warmup_steps 0), which LLaMA-Factory inherits; Axolotl's own default is cosine with 3% warm-up (axolotl
 # utils/schemas/training.py lr_scheduler, core/builders/base.py _configure_warmup_and_logging), so it is told too.

@@ -14,7 +14,7 @@ from typing import Any
 from optimizer.inputs.schema import Attention, Checkpointing, Method, ModelArch, Precision, Scenario
 from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.ds_config import ds_declares_optimizer
-from optimizer.launch.hf_args import accelerator_config, hf_optim, launcher, use_reentrant
+from optimizer.launch.hf_args import accelerator_config, hf_optim, hf_optim_args, launcher, use_reentrant
 from optimizer.launch.launch_common import (
     LR_SCHEDULE,
     MASTER_PORT,
@@ -28,6 +28,13 @@ from optimizer.launch.lora_names import lora_names
 # LLaMA-Factory ModelArguments flash_attn: auto | disabled | sdpa | fa2
 FLASH_ATTN = {Attention.flash: "fa2", Attention.sdpa: "sdpa", Attention.eager: "disabled"}
 CONFIG_FILE = "llamafactory.yaml"
+# LLaMA-Factory's packing keeps each sample whole: a greedy knapsack fills cutoff_len rows, pads what is left and drops
+# a sample longer than cutoff_len (llamafactory 0.9.5 data/processor/supervised.py PackedSupervisedDatasetProcessor),
+# where the plan counts samples concatenated and cut into full rows (TRL's wrapped packing, sft_config)
+LLAMAFACTORY_PACKING = ("llamafactory.yaml: LLaMA-Factory packs whole samples into rows of {seq_len} tokens and pads "
+                        "the rest (and drops samples longer than that), so its rows hold fewer tokens than the plan's "
+                        "and max_steps ends the run before all the data is seen; the TRL export (sft_config) packs as "
+                        "the plan counts")
 
 
 def llamafactory_config(scenario: Scenario, plan: Plan, arch: ModelArch | None = None) -> dict[str, Any]:
@@ -66,7 +73,7 @@ def llamafactory_config(scenario: Scenario, plan: Plan, arch: ModelArch | None =
         "dataset": "<dataset>",
         "template": "<template>",
         "cutoff_len": scenario.seq_len,
-        # DataArguments packing: samples concatenated into cutoff_len rows, as the plan counts them
+        # DataArguments packing: whole samples packed into cutoff_len rows (greedy knapsack; LLAMAFACTORY_PACKING)
         "packing": scenario.data.packing,
         "output_dir": "<output_dir>",
         "per_device_train_batch_size": plan.micro_batch,
@@ -86,6 +93,8 @@ def llamafactory_config(scenario: Scenario, plan: Plan, arch: ModelArch | None =
         cfg["accelerator_config"] = sync
     if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
         cfg["optim"] = hf_optim(scenario, plan)
+        if hf_optim_args(plan) is not None:
+            cfg["optim_args"] = hf_optim_args(plan)
     return cfg
 
 

@@ -21,7 +21,7 @@ from optimizer.inputs.schema import (
     Scenario,
 )
 from optimizer.inputs.schema_plan import Plan
-from optimizer.launch.launch_common import torchrun_args
+from optimizer.launch.launch_common import SGD_MOMENTUM, torchrun_args
 from optimizer.launch.lora_names import scenario_targets
 
 # catalog model name (lower case) -> (torchtune.models module, base builder); the LoRA builder is "lora_" + base and
@@ -67,6 +67,8 @@ def optimizer_block(name: OptimizerName, kernel: OptimizerKernel = OptimizerKern
     block: dict[str, Any] = {"_component_": OPTIMIZER_COMPONENT[name]}
     if name is OptimizerName.adamw:
         block["fused"] = kernel is OptimizerKernel.fused
+    if name is OptimizerName.sgd:
+        block["momentum"] = SGD_MOMENTUM  # torch's SGD defaults to none; the plan prices its buffer
     if name is OptimizerName.adafactor:
         # transformers' Adafactor raises for a manual lr (the recipe configs set one) with its default relative_step;
         # the HF Trainer's optim=adafactor turns both schedule-free defaults off the same way (trainer.py)
@@ -143,11 +145,27 @@ def model_component(scenario: Scenario) -> tuple[dict[str, Any], list[str]]:
     return block, notes
 
 
+def recipe_name(scenario: Scenario, plan: Plan) -> str:
+    """The torchtune recipe: ``full_finetune_*`` or ``lora_finetune_*`` (LoRA and QLoRA), ``*_single_device``.
+
+    ``single_device`` on one card without offloading, else ``distributed`` (FSDP2, whose CPU offload a one-card
+    LoRA plan may use).
+    """
+    kind = "full" if scenario.method is Method.full else "lora"
+    single = plan.cards == 1 and plan.offload is Offload.none
+    return f"{kind}_finetune_{'single_device' if single else 'distributed'}"
+
+
 def torchtune_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> tuple[dict[str, Any], list[str]]:
-    """The torchtune recipe overrides, the ``tune run`` command, and what the recipe cannot do as planned."""
+    """The torchtune recipe overrides, the ``tune run`` command, and what the recipe cannot do as planned.
+
+    The recipe (:func:`recipe_name`): the single-device one on one card without offloading, as torchtune's own
+    one-GPU configs run (they alone step bitsandbytes' 8-bit optimizers); the distributed one (FSDP2) otherwise.
+    """
     t = scenario.training
     full = scenario.method is Method.full
     recompute = plan.checkpointing is not Checkpointing.none
+    recipe = recipe_name(scenario, plan)
     model, notes = model_component(scenario)
     keys: dict[str, Any] = {
         "model": model,
@@ -157,15 +175,18 @@ def torchtune_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> t
         "enable_activation_checkpointing": recompute,
         # the recipes raise for offloading without checkpointing (full_finetune_distributed.py __init__)
         "enable_activation_offloading": t.activation_offload and recompute,
-        "fsdp_cpu_offload": plan.offload is not Offload.none,
-        "fsdp_reshard_after_forward": plan.zero_stage >= 3,  # False = SHARD_GRAD_OP (recipe docstring)
+    }
+    if recipe.endswith("_distributed"):  # FSDP2's keys; the single-device recipes read neither
+        keys["fsdp_cpu_offload"] = plan.offload is not Offload.none
+        keys["fsdp_reshard_after_forward"] = plan.zero_stage >= 3  # False = SHARD_GRAD_OP (recipe docstring)
+    keys.update({
         "compile": t.compile,
         "dtype": plan.precision.value,
         # rows of seq_len tokens as the plan counts them: packed datasets concatenate samples into full rows (the
         # recipes raise for packed without tokenizer.max_seq_len); unpacked, max_seq_len cuts longer samples
         "dataset": {"packed": scenario.data.packing},
         "tokenizer": {"max_seq_len": scenario.seq_len},
-    }
+    })  # fmt: skip
     if full:
         # full-fine-tuning recipes only; they raise for it with gradient accumulation or gradient clipping
         in_bwd = t.optimizer_in_backward and plan.grad_accum == 1
@@ -177,7 +198,6 @@ def torchtune_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> t
     if t.activation_offload and not recompute:
         notes.append("enable_activation_offloading needs enable_activation_checkpointing (the recipe raises): "
                      "left off")  # fmt: skip
-    recipe = "full_finetune_distributed" if full else "lora_finetune_distributed"
     if plan.checkpointing is Checkpointing.selective:
         notes.append(
             "torchtune 0.6 has no per-operator selective checkpointing (its ac_mode 'selective' recomputes "
@@ -186,10 +206,18 @@ def torchtune_settings(scenario: Scenario, plan: Plan, cards_per_node: int) -> t
     if full and plan.offload is not Offload.none and plan.dp == 1:
         notes.append(f"{recipe} applies FSDP, and so fsdp_cpu_offload, only with more than one data-parallel rank: "
                      "on one GPU the offload this plan relies on does not happen")  # fmt: skip
-    command = f"tune run {torchrun_args(plan, cards_per_node)} {recipe} --config <config>"
-    if plan.optimizer in NO_FUSED_ARG:  # the shipped configs' fused: True would reach a constructor without it
+    launch = "" if recipe.endswith("_single_device") else f"{torchrun_args(plan, cards_per_node)} "
+    command = f"tune run {launch}{recipe} --config <config>"
+    if plan.optimizer in NO_FUSED_ARG and recipe != "full_finetune_single_device":
+        # the shipped configs' fused: True would reach a constructor without it; the full single-device configs
+        # (llama3_1/8B_full_single_device.yaml and most others) step a bitsandbytes optimizer and carry no fused key,
+        # which tune run could not remove (torchtune/config/_utils.py _remove_key_by_dotpath: KeyError)
         command += " ~optimizer.fused"
         notes.append(f"{OPTIMIZER_COMPONENT[plan.optimizer]} takes no fused argument: the command removes the recipe "
                      "config's optimizer.fused (~optimizer.fused); a config of your own without that key needs "
                      "no removal")  # fmt: skip
+    elif plan.optimizer in NO_FUSED_ARG:
+        notes.append(f"{OPTIMIZER_COMPONENT[plan.optimizer]} takes no fused argument: torchtune's full single-device "
+                     "configs carry none; with a config of your own that sets optimizer.fused, add ~optimizer.fused "
+                     "to the command")  # fmt: skip
     return {"torchtune": keys, "command": command}, notes

@@ -37,11 +37,11 @@ import yaml
 
 from optimizer.inputs.atomic import safe_name, write_folder_atomic
 from optimizer.inputs.errors import InputError
-from optimizer.inputs.schema import MAX_NAME, Attention, Framework, ModelArch
+from optimizer.inputs.schema import MAX_NAME, Attention, Framework, ModelArch, Sharding
 from optimizer.inputs.schema_plan import Estimate, Plan
 from optimizer.launch.ds_config import deepspeed_config
 from optimizer.launch.fsdp_args import fsdp_plugin
-from optimizer.launch.hf_args import use_reentrant
+from optimizer.launch.hf_args import load_dtype, use_reentrant
 from optimizer.launch.lora_names import lora_config_targets, lora_names
 from optimizer.measure.calibrate import scenario_document
 from optimizer.models import cost
@@ -194,7 +194,7 @@ def probe_host_ram(cfg: dict[str, Any], arch: ModelArch, trial: Estimate, per_ra
 
     Each rank: ``per_rank_gib`` (the process; calibration hosts.host_ram_per_rank_gib); plus the optimizer states
     ZeRO-Offload keeps on the host (the trial's memory.cpu_offload); plus, under FSDP without a 4-bit base, the one
-    copy rank 0 builds on the host before FSDP shards it (fp32 for full fine-tuning, 16-bit for a LoRA base). The
+    copy rank 0 builds on the host before FSDP shards it, in the launch's load dtype (fp32: hf_args.load_dtype). The
     weights are otherwise created on the GPUs: QLoRA quantised there matrix by matrix, ZeRO-3 partitioned.
     """
     mem = trial.memory
@@ -202,7 +202,7 @@ def probe_host_ram(cfg: dict[str, Any], arch: ModelArch, trial: Estimate, per_ra
     ranks = int(cfg["cards"])
     host_copy = 0.0
     if cfg["sharding"] == "fsdp" and cfg["zero_stage"] > 0 and cfg["method"] != "qlora":
-        host_copy = arch.total_params * (4.0 if cfg["method"] == "full" else 2.0)
+        host_copy = arch.total_params * (4.0 if cfg["method"] == "full" or cfg.get("load_dtype") == "float32" else 2.0)
     return ranks * per_rank_gib * 2**30 + offload + host_copy
 
 
@@ -264,6 +264,11 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
     # the launch's own checkpointing mode (hf_args.use_reentrant: True for QLoRA under ZeRO-3 or FSDP, as PEFT's
     # scripts), so the memory the probe measures is the launched configuration's
     cfg["use_reentrant"] = use_reentrant(sc, trial.plan if trial.plan is not None else p)
+    # the dtype the launch loads the model in (a bf16 checkpoint trains in fp32 master weights, as priced)
+    # (as the probe runs it: HF Trainer, FSDP for a torchtune plan)
+    probed = sc if sc.training.framework is Framework.hf else sc.model_copy(update={"training": sc.training.model_copy(
+        update={"framework": Framework.hf, "sharding": Sharding(training["sharding"])})})  # fmt: skip
+    cfg["load_dtype"] = load_dtype(probed, trial.plan if trial.plan is not None else p)
     cfg["packages"] = _packages(cfg)  # probe.py checks them before it imports any (one line, exit 2, when missing)
     out = Path(out_dir)
     write_folder_atomic(out, {"probe_config.json": json.dumps(cfg, indent=2, sort_keys=False) + "\n",

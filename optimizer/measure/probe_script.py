@@ -128,8 +128,15 @@ def build_model(cfg: dict[str, Any], device: str, quantise: bool | None = None) 
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg["precision"], torch.float32)
     method = cfg["method"]
     quantise = method == "qlora" and device != "cpu" if quantise is None else quantise
-    # mixed precision keeps fp32 master weights (the Trainer autocasts); adapters train over a 16-bit frozen base
-    dtype = torch.float32 if method == "full" or (device == "cpu" and not quantise) else half
+    # the launch's load dtype (hf_args.load_dtype: fp32 master weights the Trainer autocasts, fp32 LoRA bases under
+    # FSDP, else the 16-bit compute dtype); under DeepSpeed, which casts the module itself: fp32 for full fine-tuning
+    loaded = cfg.get("load_dtype")
+    if device == "cpu" and not quantise:
+        dtype = torch.float32
+    elif loaded:
+        dtype = getattr(torch, loaded)
+    else:
+        dtype = torch.float32 if method == "full" else half
     target = target_device(device)
     zero3 = transformers.integrations.deepspeed.is_deepspeed_zero3_enabled()
     fsdp = device != "cpu" and cfg["zero_stage"] > 0 and cfg["sharding"] == "fsdp"

@@ -25,7 +25,7 @@ the model predicts for it without its source; a plan in its cell is planned at t
 
 Efficiency ceiling (the winner's curse, docs/time-model.md section 4): the solver is drawn to the plans the step-time
 model is most optimistic about. ``accuracy.time_coverage.best_hfu`` holds, per covered cell and precision
-(:func:`ceiling_key`), the highest hardware FLOPs utilisation any published run of them reached (FLOPs executed
+(:func:`ceiling_key`), the highest hardware FLOPs utilisation any published run of them reached (model FLOPs
 per token, recomputation included, x tokens/s per GPU / the GPU's dense peak in that precision; HFU rather than
 MFU so that a plan without recomputation is compared fairly with runs that recompute, and per precision because
 an fp8 run's share of the fp8 peak says nothing about a bf16 plan's share of the bf16 peak). There are no fp8

@@ -197,6 +197,7 @@ class Capabilities:
     optimizer_kernels: tuple[str, ...] | None = None  # AdamW implementations it runs (``optimizer_kernels``)
     shardings: tuple[str, ...] | None = None  # training.sharding values its framework takes (``sharding``)
     precisions: tuple[str, ...] | None = None  # precisions it trains in (``precisions``)
+    max_cards: int | None = None  # 1 when it steps the scenario's optimizer on one card only (``one_card_optimizers``)
 
     def allows_tp(self, tp: int) -> bool:
         """Whether the engine runs this tensor-parallel degree."""
@@ -219,6 +220,8 @@ def capabilities(scenario: Scenario, catalog: Catalog) -> Capabilities:
     shardings = _framework_table(catalog, "sharding").get(scenario.training.framework.value)
     precisions = _framework_table(catalog, "precisions").get(scenario.training.framework.value)
     needs = catalog.calibration.get("frameworks", {}).get("activation_offload_needs_checkpointing", [])
+    optimizer = (scenario.plan.optimizer or scenario.training.optimizer).value
+    one_card = optimizer in _framework_table(catalog, "one_card_optimizers").get(key, [])
     return Capabilities(
         engine=key,
         tp=tuple(par["tp"]) if "tp" in par else None,
@@ -231,6 +234,7 @@ def capabilities(scenario: Scenario, catalog: Catalog) -> Capabilities:
         optimizer_kernels=tuple(kernels) if kernels is not None else None,
         shardings=tuple(shardings) if shardings is not None else None,
         precisions=tuple(precisions) if precisions is not None else None,
+        max_cards=1 if one_card else None,
     )
 
 
@@ -273,6 +277,10 @@ def scenario_refusals(scenario: Scenario, cap: Capabilities) -> list[tuple[str, 
     if precision is not None and cap.precisions is not None and precision.value not in cap.precisions:
         out.append(("plan.precision", f"{name} trains in {' | '.join(cap.precisions)}, not "
                     f"{precision.value} (calibration frameworks.precisions)"))  # fmt: skip
+    cards = scenario.plan.cards
+    if cap.max_cards is not None and cards is not None and cards > cap.max_cards:
+        out.append(("plan.cards", f"{name} steps {optimizer.value} on one card only, its single-device recipes "
+                    f"(calibration frameworks.one_card_optimizers): allowed: cards 1, or optimizer adamw"))  # fmt: skip
     if scenario.training.optimizer_in_backward and scenario.method.value not in cap.in_backward:
         runs = ", ".join(cap.in_backward) or "no method"
         out.append(("training.optimizer_in_backward", f"{cap.engine} runs the optimizer in backward for {runs}; "

@@ -132,7 +132,11 @@ def executed_attention_share(job: Job, consts: Mapping[str, Any]) -> float:
 
 
 def hardware_flops_per_token(job: Job, cfg: Configs, selective: str = "attention_core") -> np.ndarray:
-    """FLOPs executed per token, (n,): model FLOPs plus recomputation (the sum of :func:`flops_per_token_parts`)."""
+    """Hardware FLOPs per token, (n,): model FLOPs plus recomputation (:func:`flops_per_token_parts`).
+
+    Attention is counted in full, as MFU counts it (Megatron-LM and llm-foundry report HFU so); a causal kernel
+    executes about half of it (:func:`executed_attention_share`).
+    """
     dense, attn = flops_per_token_parts(job, cfg, selective)
     return dense + attn
 
@@ -392,7 +396,7 @@ def job_time(job: Job, cfg: Configs, hw: Hardware, consts: Mapping[str, Any]) ->
     saves; pipeline_chunks is the interleaved chunks per stage the plan launches with (:func:`pipeline_chunks`).
 
     tokens/s = global_batch x s / step; MFU = model FLOPs per token x tokens/s / (cards x dense bf16 peak);
-    HFU = the FLOPs executed per token (recomputation included, :func:`hardware_flops_per_token`) x tokens/s /
+    HFU = model FLOPs plus recomputation per token (attention in full, :func:`hardware_flops_per_token`) x tokens/s /
     (cards x dense peak of the configuration's precision), comparable across checkpointing choices (the efficiency
     ceiling of models/coverage.py compares it with published runs of the same cell and precision);
     hours = (steps x step + saves x c_save x 2 P / 1e9 + startup) / 3600, with a save every

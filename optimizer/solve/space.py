@@ -277,6 +277,8 @@ def layouts(
     out: list[Layout] = []
     for i, (offer, gpu) in enumerate(zip(offers, gpus, strict=True)):
         counts = [pins.cards] if pins.cards is not None else card_counts(offer, None)
+        if cap is not None and cap.max_cards is not None:  # an optimizer the engine steps on one card only
+            counts = [c for c in counts if c <= cap.max_cards]
         limit = tp_limit(offer, gpu)  # tensor parallelism stays inside one NVLink domain, pinned or not
         tps = [t for t in ([pins.tp] if pins.tp is not None else TP_CHOICES) if t <= limit]
         tps = [t for t in tps if cap is None or cap.allows_tp(t)]  # only degrees the engine runs
