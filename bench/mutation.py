@@ -235,6 +235,9 @@ MUTATIONS: list[Mutation] = [
        r"    if scenario\.data\.packing:\n        notes\.append\(LLAMAFACTORY_PACKING",
        "    if False:\n        notes.append(LLAMAFACTORY_PACKING", LAUNCH_TESTS,
        "LLaMA-Factory's whole-sample packing ends at max_steps before the data is seen, unsaid"),
+    _m("explain-fit-elsewhere-told-to-pin", "explain", "optimizer/solve/explain.py",
+       r"        if f\.offers & own:", "        if True:", ["tests/test_infeasible.py"],
+       "70B on gcp pinned to H100-SXM is told to pin H100-SXM, which fits only on us's 16-node offers"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

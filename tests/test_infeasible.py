@@ -185,6 +185,40 @@ def test_gradients_held_through_accumulation_name_the_settings_that_give_a_plan(
         assert solve_doc(**fixed)[1].relaxation is None, o.field
 
 
+# gcp rents every card on one 8-GPU node at most: 70B full fine-tuning without offload fits no gcp offer, while
+# us rents H100s and A100s up to 16 nodes, where it fits (A100-80G: not offered by gcp at all)
+ONE_NODE = {"model": "Llama-3.1-70B", "method": "full", "lora": None, "catalog": "gcp", "seq_len": 4096,
+            "global_batch": 128, "data": {"tokens": 2.0e8, "epochs": 3}, "plan": {"offload": "none"},
+            "training": {"framework": "hf", "sharding": "deepspeed", "optimizer": "adamw", "attention": "flash"}}
+
+
+def test_a_pinned_gpu_that_fits_on_more_nodes_names_the_catalogs_limit_not_the_pin(solve_doc):
+    doc = {**ONE_NODE, "plan": {"offload": "none", "gpu": "H100-SXM"}}
+    rel = solve_doc(allow=None, **doc)[1].relaxation
+    assert rel.binding == ["memory"] and "H100-SXM" in rel.gpus_that_fit
+    assert "allow.gpus to H100-SXM" not in rel.message and "to one of them" not in rel.message
+    assert "H100-SXM fits only on 32 cards or more, and the scenario's catalog (gcp) rents it on at most 8 (1 node " \
+           "of 8): built-in catalog us rents enough (use catalog: us or --add-catalog us)" in rel.message
+    assert solve_doc(allow=None, **{**doc, "catalog": "us"})[1].relaxation is None
+
+
+def test_the_largest_offered_card_is_one_the_allow_list_admits(solve_doc):
+    rel = solve_doc(allow={"gpus": ["H100-SXM"]}, **ONE_NODE)[1].relaxation
+    assert "the largest offered card (H100-SXM) has 76.0 GiB usable" in rel.message
+    assert "(B200)" not in rel.message  # gcp offers B200, which the allow-list excludes
+
+
+def test_a_gpu_that_fits_outside_the_catalog_is_named_with_the_catalogs_that_offer_it(solve_doc):
+    path, result = solve_doc(allow=None, **ONE_NODE)
+    rel = result.relaxation
+    assert "A100-80G is not in the scenario's catalog (gcp): built-in catalog us offers it (use catalog: us or " \
+           "--add-catalog us)" in rel.message
+    assert "set plan.gpu" not in rel.message  # nothing pinned or left out of an allow-list
+    listed = rel.message.split("GPUs that would fit (built-in offers): ")[1].split(";")[0]
+    assert listed.split(", ") == rel.gpus_that_fit and "A100-80G" in rel.gpus_that_fit
+    assert _with(path, add_catalog=["us"]).relaxation is None
+
+
 # ------------------------------------------------------------------------------------------------ allow-lists
 
 

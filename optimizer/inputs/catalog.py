@@ -189,6 +189,15 @@ def builtin_offer_names() -> list[str]:
     return [p.stem for p in default_offer_files()]
 
 
+def builtin_offer_catalogs() -> dict[str, str]:
+    """Offer id -> the name of the built-in offers file that holds it (``aws-p5-h100`` -> ``us``)."""
+    out: dict[str, str] = {}
+    for path in default_offer_files():
+        for raw in read_yaml(path).get("offers", []):
+            out.setdefault(str(raw["id"]), path.stem)
+    return out
+
+
 def resolve_offer_file(name: str | Path, source: str, where: str, base: Path | None = None) -> Path:
     """One offers file named by a user: a built-in name (``cn``), or a path.
 

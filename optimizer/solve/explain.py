@@ -4,8 +4,10 @@ Three kinds of answer, each with numbers a user can apply as they are:
 
 * the plan pins admit no configuration at all (tp not dividing the heads, a global batch that the pinned cards
   cannot split): an :class:`InputError` naming the pinned field, raised by :func:`check_pins`;
-* nothing fits in memory: the memory the smallest configuration needs, the largest card offered, and the GPUs on
-  which some configuration fits when the GPU pin and the scenario's offer list are widened to every built-in offer;
+* nothing fits in memory: the memory the smallest configuration needs and the largest card offered (of the GPUs the
+  scenario allows), and the GPUs on which some configuration fits when the GPU pin and the scenario's offer list are
+  widened to every built-in offer, each with what stops it: a pin or allow.gpus, the most cards the scenario's
+  catalog rents of it, or its absence from that catalog (then the built-in catalogs that rent it, to use or add);
 * plans fit but the user's limits exclude them. The allow-lists (gpus, providers, max_cards, max_nodes) that
   exclude everything are found by solving with each limit behind an assumption literal (the CP-SAT core), then
   shrinking the core by re-solving without one member at a time. With those relaxed, the budget and the deadline
@@ -25,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from optimizer.inputs.catalog import Catalog, default_offer_files, load_catalog
+from optimizer.inputs.catalog import Catalog, builtin_offer_catalogs, default_offer_files, load_catalog
 from optimizer.inputs.errors import FtoptError, InputError
 from optimizer.inputs.schema import ModelArch, Objective, PlanPins, Precision, Scenario
 from optimizer.inputs.schema_catalog import Gpu, Offer
@@ -183,15 +185,100 @@ def _wide_catalog(catalog: Catalog) -> Catalog:
         return load_catalog()
 
 
-def gpus_that_fit(space: Space, catalog: Catalog, source: str) -> list[str]:
-    """GPU ids on which some configuration fits when the GPU/offer pins are dropped and every offer is allowed."""
+@dataclass(frozen=True)
+class WideFit:
+    """A GPU on which some configuration fits among every built-in offer, and where."""
+
+    gpu: str
+    cards: int  # the fewest cards of a fitting configuration
+    offers: frozenset[str]  # ids of the offers with a fitting configuration
+
+
+def wide_fits(space: Space, catalog: Catalog, source: str) -> list[WideFit]:
+    """The GPUs on which some configuration fits when the GPU/offer pins are dropped and every offer is allowed."""
     sc = space.scenario
     wide = sc.model_copy(update={"plan": sc.plan.model_copy(update={"gpu": None, "offer": None})})
     try:
         sp = build(wide, _wide_catalog(catalog), space.job.arch, source)
     except FtoptError:
         return []
-    return sorted({sp.offers[int(i)].gpu for i in sp.cand.offer_idx})
+    rows: dict[str, list[tuple[int, str]]] = {}
+    for i, cards in zip(sp.cand.offer_idx, sp.cand.cards, strict=True):
+        offer = sp.offers[int(i)]
+        rows.setdefault(offer.gpu, []).append((int(cards), offer.id))
+    return [WideFit(g, min(c for c, _ in r), frozenset(o for _, o in r)) for g, r in sorted(rows.items())]
+
+
+def admitted(space: Space, limits: Limits, gpu: str) -> bool:
+    """The GPU passes the scenario's plan.gpu and plan.offer pins (the GPUs of space.offers) and allow.gpus."""
+    pinned = space.scenario.plan.gpu is not None or space.scenario.plan.offer is not None
+    return (not pinned or gpu in {g.id for g in space.gpus}) and (limits.gpus is None or gpu in limits.gpus)
+
+
+def _names(gpus: list[str]) -> str:
+    return gpus[0] if len(gpus) == 1 else f"one of {', '.join(gpus)}"
+
+
+def _use_catalogs(names: list[str], verb: str) -> str:
+    """'built-in catalog us offers it (use catalog: us or --add-catalog us)' for the built-in catalogs ``names``."""
+    if not names:  # every offer outside the scenario's catalog is a built-in one: not reached
+        return f"other offers {verb}"
+    first = names[0]
+    return (f"built-in catalog{'s' if len(names) > 1 else ''} {', '.join(names)} {verb} "
+            f"(use catalog: {first} or --add-catalog {first})")  # fmt: skip
+
+
+def most_cards(gpu: str, catalog: Catalog) -> Offer:
+    """The catalog's offer of ``gpu`` that rents the most cards (cards per node x max_nodes)."""
+    return max((o for o in catalog.offers if o.gpu == gpu), key=lambda o: o.cards_per_node * o.max_nodes)
+
+
+def fit_advice(fits: list[WideFit], space: Space, catalog: Catalog, limits: Limits) -> str:
+    """Where the GPUs that would fit fit, and what the scenario must change for each (only what it lacks).
+
+    Rules, per GPU: one that fits on an offer of the scenario's catalog is excluded by a pin (nothing in the
+    catalog fits as pinned): set plan.gpu or allow.gpus to it, or, for the pinned GPU, unpin plan.offer. One the
+    catalog offers but that fits only on other built-in catalogs' offers: when its fewest fitting cards exceed the
+    most the catalog's offers of it rent, that limit; then the catalogs whose offers fit. One the catalog does not
+    offer: the built-in catalogs that do. For the last two, a GPU the pins or allow.gpus exclude also needs them set;
+    the GPUs the scenario allows come first.
+    """
+    where = builtin_offer_catalogs()
+    own = {o.id for o in catalog.offers}
+    here = {o.gpu for o in catalog.offers}
+    mine = "the scenario's catalog" + (f" ({', '.join(Path(f).stem for f in catalog.offer_files)})"
+                                       if catalog.offer_files else "")  # fmt: skip
+    pin, offer_pin, parts = [], [], []
+    away: dict[tuple[tuple[str, ...], bool], list[str]] = {}
+    for f in sorted(fits, key=lambda f: not admitted(space, limits, f.gpu)):
+        ok = admitted(space, limits, f.gpu)
+        if f.offers & own:
+            (offer_pin if ok else pin).append(f.gpu)
+            continue
+        cats = sorted({where[o] for o in f.offers if o in where})
+        if f.gpu not in here:
+            away.setdefault((tuple(cats), ok), []).append(f.gpu)
+            continue
+        o = most_cards(f.gpu, catalog)
+        nodes = f"{o.max_nodes} node{'s' if o.max_nodes > 1 else ''} of {o.cards_per_node}"
+        why = (f"fits only on {f.cards} cards or more, and {mine} rents it on at most "
+               f"{o.cards_per_node * o.max_nodes} ({nodes})" if f.cards > o.cards_per_node * o.max_nodes
+               else f"fits only on offers that {mine} does not have")  # fmt: skip
+        parts.append(f"{f.gpu} {why}: {_use_catalogs(cats, 'rents enough')}"
+                     + ("" if ok else f", and set plan.gpu or allow.gpus to {f.gpu}"))  # fmt: skip
+    for (cats, ok), gpus in away.items():
+        one = len(gpus) == 1
+        parts.append(f"{', '.join(gpus)} {'is' if one else 'are'} not in {mine}: "
+                     f"{_use_catalogs(list(cats), 'offers it' if one else 'offer them')}"
+                     + ("" if ok else f", then set plan.gpu or allow.gpus to {_names(gpus)}"))  # fmt: skip
+    if offer_pin:
+        parts.insert(0, f"other offers of {', '.join(offer_pin)} fit: unpin plan.offer")
+    if pin:
+        parts.insert(0, f"set plan.gpu or allow.gpus to {_names(pin)}")
+    listed = f"GPUs that would fit (built-in offers): {', '.join(f.gpu for f in fits)}"
+    if pin and len(parts) == 1:  # every one fits in the catalog and only a pin excludes it
+        return f"{listed}; set plan.gpu or allow.gpus to one of them"
+    return "; ".join([listed, *parts])
 
 
 def ram_text(space: Space) -> str:
@@ -260,13 +347,20 @@ def memory_advice(sc: Scenario) -> str:
 
 def explain_memory(space: Space, catalog: Catalog, source: str, limits: Limits,
                    settings: SolverSettings) -> Relaxation:  # fmt: skip
-    """Nothing fits: the smallest per-GPU need, the largest card offered and the GPUs that would fit."""
+    """Nothing fits: the smallest per-GPU need, the largest card offered and the GPUs that would fit.
+
+    The need and the largest card are those of the GPUs the scenario allows (offered, pinned, in allow.gpus); each
+    GPU that would fit comes with what stops it (:func:`fit_advice`).
+    """
     if space.ram_short is not None:  # some configurations fit their cards: host RAM is what binds
         return Relaxation(["host_ram"], f"no plan fits: {ram_text(space)}", memory_needed_bytes=space.ram_short[0])
-    need = min(space.smallest_need.values()) if space.smallest_need else 0
-    largest = max(space.gpus, key=lambda g: g.memory_gib)
+    allowed = [g for g in space.gpus if admitted(space, limits, g.id)] or space.gpus
+    needs = [space.smallest_need[g.id] for g in allowed if g.id in space.smallest_need]
+    need = min(needs or space.smallest_need.values() or [0])
+    largest = max(allowed, key=lambda g: g.memory_gib)
     usable = largest.memory_gib * (1 - space.scenario.headroom)
-    fit = gpus_that_fit(space, catalog, source)
+    fits = wide_fits(space, catalog, source)
+    fit = [f.gpu for f in fits]
     ratio = memory_risk(space.scenario, {"accuracy": space.accuracy})
     risk = space.scenario.risk.value
     # space.memory_ratios: a plan whose memory band is wider (its cell) is fitted at more than the overall ratio
@@ -278,7 +372,7 @@ def explain_memory(space: Space, catalog: Catalog, source: str, limits: Limits,
            f"{space.scenario.headroom:.0%} headroom)")  # fmt: skip
     engine = setting_options(space, catalog, source, limits, settings)
     if fit:
-        msg += f"; GPUs that would fit (built-in offers): {', '.join(fit)}; set plan.gpu or allow.gpus to one of them"
+        msg += f"; {fit_advice(fits, space, catalog, limits)}"
     elif not engine:
         msg += f"; no GPU in the catalog fits: {memory_advice(space.scenario)}"
     if engine:
