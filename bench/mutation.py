@@ -238,6 +238,9 @@ MUTATIONS: list[Mutation] = [
     _m("explain-fit-elsewhere-told-to-pin", "explain", "optimizer/solve/explain.py",
        r"        if f\.offers & own:", "        if True:", ["tests/test_infeasible.py"],
        "70B on gcp pinned to H100-SXM is told to pin H100-SXM, which fits only on us's 16-node offers"),
+    _m("nemo-zero3-with-pp", "solver", "optimizer/models/engines.py",
+       r'    if \(scenario\.plan\.pp or 1\) > 1 and key in frameworks\.get\("zero3_without_pp", \[\]\):',
+       "    if False:", LAUNCH_TESTS, "a NeMo plan with pp 2 launches Megatron-FSDP, which pipelining excludes"),
     # ---- the efficiency ceiling (winner's curse)
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",

@@ -50,9 +50,14 @@ def half_precision_fallback(job: Job, catalog: Catalog) -> Precision:
 def zero_stages(scenario: Scenario, job: Job, catalog: Catalog) -> tuple[int, ...] | None:
     """The ZeRO stages the scenario's engine has (``frameworks.zero_stages``); None: every stage.
 
-    The solver proposes only these, and a pinned stage outside them is refused (space.configurations).
+    Under pipeline parallelism (a pinned pp > 1) an engine in ``frameworks.zero3_without_pp`` has no stage 3. The
+    solver proposes only these, and a pinned stage outside them is refused (space.configurations).
     """
-    stages = catalog.calibration.get("frameworks", {}).get("zero_stages", {}).get(engine_key(scenario, job))
+    frameworks = catalog.calibration.get("frameworks", {})
+    key = engine_key(scenario, job)
+    stages = frameworks.get("zero_stages", {}).get(key)
+    if (scenario.plan.pp or 1) > 1 and key in frameworks.get("zero3_without_pp", []):  # FSDP or pipeline, not both
+        return tuple(int(z) for z in (stages if stages is not None else range(4)) if int(z) != 3)
     return None if stages is None else tuple(int(z) for z in stages)
 
 

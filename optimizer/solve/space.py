@@ -703,8 +703,10 @@ def configurations(scenario: Scenario, catalog: Catalog, arch: Any, source: str,
         rule = dataclasses.replace(rule, allowed=rule.pinnable)
     stages = None if replay else zero_stages(scenario, job, catalog)
     if stages is not None and scenario.plan.zero_stage is not None and scenario.plan.zero_stage not in stages:
-        raise InputError(source, "plan.zero_stage", f"{cap.engine} has no ZeRO stage {scenario.plan.zero_stage} "
-                         f"(calibration frameworks.zero_stages): allowed: {', '.join(map(str, stages))}")  # fmt: skip
+        piped = f" with pp {scenario.plan.pp}" if (scenario.plan.pp or 1) > 1 else ""
+        raise InputError(source, "plan.zero_stage", f"{cap.engine} has no ZeRO stage {scenario.plan.zero_stage}{piped} "
+                         f"(calibration frameworks.zero_stages, zero3_without_pp): allowed: "
+                         f"{', '.join(map(str, stages))}")  # fmt: skip
     li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers, levels, rule, fallback, stages)
     lay_arr = np.array([(x.offer, x.cards, x.nodes, x.tp, x.pp, x.dp) for x in lays], dtype=np.int64).reshape(-1, 6)
     rows = lay_arr[li] if len(li) else np.zeros((0, 6), dtype=np.int64)
