@@ -42,6 +42,16 @@ def test_every_file_trains_the_steps_the_plan_is_priced_for():
     assert any(n.startswith(f"run length: {steps} optimizer steps") for n in launch["notes"])
 
 
+def test_the_run_length_note_gives_the_step_count_of_the_plans_rows():
+    """Packed: ceil(tokens / (seq_len x global batch)); one sample per row: ceil(samples x epochs / global batch)."""
+    packed = launch_settings(_scenario(), _plan(), 8, steps=100)["notes"]
+    assert any("the plan's ceil(tokens / (seq_len x global batch))" in n for n in packed)
+    doc = _scenario().model_dump(mode="json", exclude_none=True)
+    doc["data"] = {"samples": 3200, "avg_tokens": 500, "epochs": 1, "packing": False}
+    padded = launch_settings(Scenario(**doc), _plan(), 8, steps=100)["notes"]
+    assert any("the plan's ceil(samples x epochs / global batch)" in n for n in padded)
+
+
 def test_torchtune_counts_epochs_and_nemo_trainer_steps():
     """torchtune: ceil(data.epochs) epochs of ceil(steps / epochs) optimizer steps; NeMo: trainer.max_steps."""
     tt = launch_settings(_scenario(epochs=2.5, sharding=None, framework="torchtune"), _plan(), 8, steps=1001)

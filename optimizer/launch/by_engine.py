@@ -216,8 +216,10 @@ def run_length(settings: dict[str, Any], scenario: Scenario, steps: int) -> str:
     if isinstance(settings.get("nemo"), dict):
         settings["nemo"]["trainer"] = {"max_steps": steps}
         how = "nemo trainer.max_steps"
-    return (f"run length: {steps} optimizer steps ({how}), the plan's ceil(tokens / (seq_len x global batch)), so "
-            "the run lasts the hours it is priced for; the engines' defaults train for a number of epochs instead")
+    basis = ("ceil(tokens / (seq_len x global batch))" if scenario.data.packing or scenario.data.samples is None
+             else "ceil(samples x epochs / global batch), one sample per row")  # DataSpec.tokens_processed
+    return (f"run length: {steps} optimizer steps ({how}), the plan's {basis}, so the run lasts the hours it is "
+            "priced for; the engines' defaults train for a number of epochs instead")
 
 
 def retention(settings: dict[str, Any], framework: Framework, kept: int) -> str:
