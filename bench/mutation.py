@@ -780,6 +780,13 @@ MUTATIONS: list[Mutation] = [
        r'return "all-linear" if isinstance\(modules, list\) and "all-linear" in modules else modules',
        'return [m for m in modules if m != "lm_head"] if isinstance(modules, list) else modules', REVIEW_TESTS,
        "the probe measures LoRA without the lm_head adapter the plan and launch have"),
+    _m("scenario-catalog-cwd-first", "catalog", "optimizer/inputs/catalog.py",
+       r"bases = \(\[base\] if base is not None else \[\]\) \+ \[Path\(\), CATALOG_DIR\.parent\]",
+       "bases = [Path()] + ([base] if base is not None else []) + [CATALOG_DIR.parent]", ["tests/test_catalog.py"],
+       "a scenario's catalog: o.yaml plans with the working directory's o.yaml, not the one beside it"),
+    _m("scenario-named-file-cwd-first", "catalog", "optimizer/inputs/catalog.py",
+       r"return p if p\.exists\(\) and not beside\.exists\(\) else beside", "return p if p.exists() else beside",
+       ["tests/test_catalog.py"], "a scenario's calibration: cal.yaml reads the working directory's cal.yaml"),
 ]
 
 

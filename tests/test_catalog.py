@@ -136,6 +136,37 @@ def test_a_user_file_is_read_by_path(tmp_path, monkeypatch):
     assert resolve_offer_file("mine.yaml", "s.yaml", "catalog").resolve() == (tmp_path / "mine.yaml").resolve()
 
 
+def test_a_scenarios_relative_catalog_is_read_from_its_folder_first(tmp_path, monkeypatch):
+    """The same scenario plans with the same offers file from any directory: its folder's o.yaml, not the cwd's."""
+    from optimizer.inputs.catalog import load_scenario, scenario_offer_files
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "o.yaml").write_text("offers: []\n")
+    (tmp_path / "sub" / "o.yaml").write_text("offers: []\n")
+    (tmp_path / "sub" / "only-here.yaml").write_text("offers: []\n")
+    (tmp_path / "cwd-only.yaml").write_text("offers: []\n")
+    scenario = (CATALOG_DIR.parent / "scenarios" / "7b-lora.yaml").read_text()
+    mine = scenario.replace("catalog: us", "catalog: [o.yaml, only-here.yaml, cwd-only.yaml]")
+    (tmp_path / "sub" / "s.yaml").write_text(mine)
+    files = scenario_offer_files(load_scenario("sub/s.yaml"), "sub/s.yaml")
+    assert [f.resolve() for f in files] == [(tmp_path / "sub" / "o.yaml").resolve(),
+                                            (tmp_path / "sub" / "only-here.yaml").resolve(),
+                                            (tmp_path / "cwd-only.yaml").resolve()]  # fmt: skip
+
+
+def test_a_scenarios_calibration_and_hf_config_are_read_from_its_folder_first(tmp_path, monkeypatch):
+    from optimizer.inputs.catalog import named_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    for name in ("cal.yaml", "sub/cal.yaml", "cwd.yaml"):
+        (tmp_path / name).write_text("{}\n")
+    assert named_file("cal.yaml", "sub/s.yaml").resolve() == (tmp_path / "sub" / "cal.yaml").resolve()
+    assert named_file("cwd.yaml", "sub/s.yaml").resolve() == (tmp_path / "cwd.yaml").resolve()
+    assert named_file("none.yaml", "sub/s.yaml") == tmp_path.joinpath("sub", "none.yaml").relative_to(tmp_path)
+
+
 def test_the_catalog_cache_follows_the_files_content(tmp_path):
     """Batch workers parse a catalog once, yet an offers file edited in place is read again, not served stale."""
     path = tmp_path / "mine.yaml"

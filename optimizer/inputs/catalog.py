@@ -201,16 +201,18 @@ def builtin_offer_catalogs() -> dict[str, str]:
 def resolve_offer_file(name: str | Path, source: str, where: str, base: Path | None = None) -> Path:
     """One offers file named by a user: a built-in name (``cn``), or a path.
 
-    A relative path is tried against the working directory, then ``base`` (the scenario's folder), then the ftopt
-    data folder's parent, so that ``catalogs/offers/cn.yaml`` works from any directory and from an installed wheel.
+    Rule: a relative path is tried against ``base`` (the folder of the scenario or portfolio that names it) first,
+    then the working directory, then the ftopt data folder's parent, so that a scenario picks the same file from
+    any directory, and ``catalogs/offers/cn.yaml`` works from any directory and from an installed wheel. Without
+    ``base`` (a command-line flag) the working directory comes first.
     """
     text = str(name)
     builtin = CATALOG_DIR / "offers" / f"{text}.yaml"
     if "/" not in text and "\\" not in text and not text.endswith((".yaml", ".yml")) and builtin.is_file():
         return builtin
     p = Path(text)
-    if not p.is_absolute() and not p.exists():
-        bases = ([base] if base is not None else []) + [CATALOG_DIR.parent]
+    if not p.is_absolute():
+        bases = ([base] if base is not None else []) + [Path(), CATALOG_DIR.parent]
         p = next((b / p for b in bases if (b / p).exists()), p)
     if not p.exists():
         raise InputError(source, where, f"catalog file '{name}' not found; built-in catalogs: "
@@ -224,13 +226,15 @@ def resolve_offer_file(name: str | Path, source: str, where: str, base: Path | N
 def named_file(name: str | Path, scenario_path: str | Path | None) -> Path:
     """A file a scenario names (``calibration:``, ``model: {hf_config: ...}``), as the solve opens it.
 
-    Rule: an absolute path, or a relative one that exists from the working directory, is taken as given; any other
-    relative path is relative to the scenario's folder. Existence is not checked here: the reader reports it.
+    Rule: an absolute path is taken as given; a relative one is relative to the scenario's folder when it exists
+    there, else to the working directory when it exists there, else (to be reported missing) to the scenario's
+    folder. Existence is not checked here: the reader reports it.
     """
     p = Path(name)
-    if not p.is_absolute() and not p.exists() and scenario_path is not None:
-        p = Path(scenario_path).parent / p
-    return p
+    if p.is_absolute() or scenario_path is None:
+        return p
+    beside = Path(scenario_path).parent / p
+    return p if p.exists() and not beside.exists() else beside
 
 
 def scenario_offer_files(scenario: Scenario, scenario_path: str | Path | None) -> list[Path] | None:

@@ -392,7 +392,10 @@ class HfConfigRef(Strict):
     multi-head latent attention (kv_lora_rank) is refused. Errors name the config.json key.
     """
 
-    hf_config: str = Field(description="path to config.json, relative to the scenario file")
+    hf_config: str = Field(
+        description="path to config.json; a relative path is read from the scenario's folder, then the working "
+        "directory"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -708,7 +711,11 @@ class Scenario(Strict):
         "among plans within it, the fastest (objective cost) or cheapest (objective time) is chosen; 0 gives the "
         "plain optimum (docs/trade-offs.md)"
     )
-    catalog: str | list[str] | None = Field(None, description="offer catalog file(s); default all built-in offers")
+    catalog: str | list[str] | None = Field(
+        None, description="offer catalog file(s): a built-in name (aws, cn, gcp, lambda, runpod, us, vast) or a "
+        "path; a relative path is read from the scenario's folder, then the working directory; default all built-in "
+        "offers"
+    )
     allow: Allow = Field(Allow(), description="allow-lists and limits on the plan")
     plan: PlanPins = Field(PlanPins(), description="decision variables to pin; solve optimises the rest")
     headroom: Float = Field(0.05, ge=0, lt=0.9, description="fraction of card memory kept free")
@@ -721,7 +728,8 @@ class Scenario(Strict):
         "model's error (hours and bill of the slow end); p50 or p90"
     )
     calibration: str | None = Field(
-        None, description="calibration overlay file (ftopt calibrate -o FILE), relative to the scenario file"
+        None, description="calibration overlay file (ftopt calibrate -o FILE); a relative path is read from the "
+        "scenario's folder, then the working directory"
     )
 
     @field_validator("lora", mode="after")
