@@ -787,6 +787,12 @@ MUTATIONS: list[Mutation] = [
     _m("scenario-named-file-cwd-first", "catalog", "optimizer/inputs/catalog.py",
        r"return p if p\.exists\(\) and not beside\.exists\(\) else beside", "return p if p.exists() else beside",
        ["tests/test_catalog.py"], "a scenario's calibration: cal.yaml reads the working directory's cal.yaml"),
+    _m("validate-builtin-id-clash-unchecked", "catalog", VALID,
+       r'taken = catalog_mod\.builtin_offer_ids\(by_kind\["offers"\]\) if paths else \{\}', "taken = {}",
+       ["tests/test_cli.py"], "catalog validate passes an offer id that --add-catalog refuses as a built-in's"),
+    _m("validate-builtin-file-clashes-with-itself", "catalog", "optimizer/inputs/catalog.py",
+       r"if f\.resolve\(\) not in left_out\]", "]", ["tests/test_cli.py"],
+       "catalog validate us refuses every us.yaml offer as a duplicate of itself"),
 ]
 
 

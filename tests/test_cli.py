@@ -120,6 +120,19 @@ def test_catalog_validate_notes_offers_no_exchange_rate_reaches(run_cli, tmp_pat
     assert run_cli("catalog", "validate", _offers(tmp_path)).stdout.count("\n") == 1  # USD has a rate: no note
 
 
+def test_catalog_validate_refuses_an_offer_id_a_built_in_offer_uses_as_add_catalog_does(run_cli, tmp_path):
+    """--add-catalog loads the file beside the built-in offers and refuses the clash: validate says so first."""
+    path = _offers(tmp_path, id="lambda-h100-sxm")
+    result = run_cli("catalog", "validate", path)
+    assert result.exit_code == 2
+    us = REPO / "catalogs" / "offers" / "us.yaml"
+    said = (f"ftopt: error: {path}: offers[0].id: duplicate offer id 'lambda-h100-sxm' (also in {us}): allowed: "
+            "an id no other offer uses, built-in ones included\n")  # fmt: skip
+    assert result.stderr == said
+    added = run_cli("solve", REPO / "scenarios" / "7b-lora.yaml", "--add-catalog", path)
+    assert (added.exit_code, added.stderr) == (2, said)
+
+
 @pytest.mark.parametrize(
     ("changes", "pattern"),
     [

@@ -103,9 +103,11 @@ def _gpu_name_index(gpus: dict[str, Gpu]) -> dict[str, str]:
 
 
 def _load_offers(paths: list[Path], gpu_names: dict[str, str], gpus: dict[str, Gpu],
-                 data: dict[str, bytes | None] | None = None) -> list[Offer]:  # fmt: skip
+                 data: dict[str, bytes | None] | None = None,
+                 taken: dict[str, str] | None = None) -> list[Offer]:  # fmt: skip
+    """The offers of ``paths``; rule: an offer id appears once, across these files and ``taken`` (id -> its file)."""
     offers: list[Offer] = []
-    seen: dict[str, str] = {}
+    seen: dict[str, str] = dict(taken or {})
     for path in paths:
         doc = validate(OfferFile, read_yaml(path, (data or {}).get(str(path))), str(path))
         for i, raw in enumerate(doc.offers):
@@ -127,9 +129,9 @@ def _load_offers(paths: list[Path], gpu_names: dict[str, str], gpus: dict[str, G
                                  f"more than a {gpu} holds ({gpus[gpu].memory_gib:g} GiB = {card_mib:,.0f} MiB): "
                                  f"allowed: at most {card_mib * USABLE_SLACK:,.0f}")  # fmt: skip
             if offer.id in seen:
-                raise InputError(
-                    str(path), f"offers[{i}].id", f"duplicate offer id '{offer.id}' (also in {seen[offer.id]})"
-                )
+                raise InputError(str(path), f"offers[{i}].id", f"duplicate offer id '{offer.id}' (also in "
+                                 f"{seen[offer.id]}): allowed: an id no other offer uses, built-in ones "
+                                 "included")  # fmt: skip
             seen[offer.id] = str(path)
             offers.append(offer.model_copy(update={"gpu": gpu}))
     if not offers:
@@ -182,6 +184,13 @@ def load_catalog(offer_files: list[str | Path] | None = None, root: Path = CATAL
     snapshot = tuple((str(p), read_file_bytes(p) if p not in optional or p.exists() else None)
                      for p in (base / "gpus.yaml", *files, *optional, base / "models.yaml"))  # fmt: skip
     return _load_cached(snapshot, tuple(str(f) for f in files), str(root))
+
+
+def builtin_offer_ids(skip: Iterable[Path] = ()) -> dict[str, str]:
+    """Offer id -> its built-in offers file, over the built-in files other than ``skip`` (compared resolved)."""
+    left_out = {Path(p).resolve() for p in skip}
+    files = [f for f in default_offer_files() if f.resolve() not in left_out]
+    return {o["id"]: str(f) for f in files for o in read_yaml(f)["offers"]}
 
 
 def builtin_offer_names() -> list[str]:

@@ -497,7 +497,8 @@ def validate_catalog_files(paths: list[str | Path] | None = None,
     """Validate catalog files with the loader's pydantic models; the built-in catalog when ``paths`` is empty.
 
     Offers are checked against the GPUs of the gpus file given alongside them (else the built-in gpus.yaml):
-    known GPU ids, unique offer ids, the file-level currency. Raises InputError (one line) at the first problem.
+    known GPU ids, the file-level currency, and offer ids unique across the files and the built-in offers files
+    (other than those given), as ``--add-catalog`` loads them. Raises InputError (one line) at the first problem.
     """
     files = [_named(p) for p in paths] if paths else [root / "gpus.yaml", root / "models.yaml", root / "fx.yaml",
                                                       *catalog_mod.default_offer_files()]  # fmt: skip
@@ -512,7 +513,8 @@ def validate_catalog_files(paths: list[str | Path] | None = None,
     loaded: list[Offer] = []
     if by_kind["offers"]:
         known = gpus or catalog_mod._load_gpus(root / "gpus.yaml")
-        loaded = catalog_mod._load_offers(by_kind["offers"], catalog_mod._gpu_name_index(known), known)
+        taken = catalog_mod.builtin_offer_ids(by_kind["offers"]) if paths else {}
+        loaded = catalog_mod._load_offers(by_kind["offers"], catalog_mod._gpu_name_index(known), known, taken=taken)
     fx_files = by_kind["rates"] or [root / "fx.yaml"]
     label = ", ".join(map(str, by_kind["rates"])) or "the built-in catalogs/fx.yaml"
     return CatalogCounts(len(files), len(gpus), len(loaded), models, rates,
