@@ -190,10 +190,47 @@ def test_pcie_boards_have_no_nvlink_domain(tmp_path):
     assert nvlink == {"A100-80G": False, "H100-SXM": True}
 
 
-def test_a_negative_or_missing_price_is_skipped_as_no_price_not_as_a_second_price_level(tmp_path):
+def test_a_negative_or_missing_price_is_skipped_with_its_reason_not_as_a_second_price_level(tmp_path):
     # Price -5 was reported as "Price under 0 x another region's for the same shape (a second price level ...)"
     path = tmp_path / "vms.csv"
     bad = f"p4d.24xlarge,A100,8.0,96.0,1152.0,{gpu_info('A100', 8, 40960)},-5,9.0,us-east-1,use1-az1"
     path.write_text("\n".join([HEADER, ROWS[0], bad, ROWS[-1]]) + "\n")
     result = import_file([path], tmp_path / "aws.yaml", "aws", as_of=date(2026, 12, 1))
-    assert result.skipped == {"A100: no on-demand Price": 2}
+    assert result.skipped == {"A100: no on-demand Price": 1, "A100: Price -5 is not a positive finite number": 1}
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "reason"),
+    [
+        ("Price", "0", "Price 0 is not a positive finite number"),
+        ("Price", "nan", "Price nan is not a positive finite number"),
+        ("Price", "inf", "Price inf is not a positive finite number"),
+        ("Price", "1e308", "Price 1e308 is over 1,000,000,000 USD/h per card"),
+        ("MemoryGiB", "-5", "MemoryGiB -5 is not a positive finite number"),
+        ("MemoryGiB", "nan", "MemoryGiB nan is not a positive finite number"),
+        ("vCPUs", "0.5", "vCPUs 0.5 is not from 1 to 100,000"),
+    ],
+)
+def test_a_value_the_offers_file_cannot_hold_skips_its_row_naming_the_csv_column(tmp_path, column, value, reason):
+    """It was an error against the output file in its own terms ('offers[8].host.ram_gib: must be > 0, got -5.0')."""
+    path = tmp_path / "vms.csv"
+    cells = dict(zip(HEADER.split(","), ["p4d.24xlarge", "A100", "8.0", "96.0", "1152.0", gpu_info("A100", 8, 40960),
+                                         "32.77", "9.0", "us-east-1", "use1-az1"], strict=True))  # fmt: skip
+    bad = ",".join({**cells, column: value}.values())
+    path.write_text("\n".join([HEADER, ROWS[0], bad]) + "\n")
+    result = import_file([path], tmp_path / "aws.yaml", "aws", as_of=date(2026, 12, 1))
+    assert (result.offers, result.skipped) == (1, {f"A100: {reason}": 1})
+
+
+def test_an_overflowing_price_sets_no_price_level_for_the_other_regions(tmp_path):
+    gpu = "{'Gpus': [{'MemoryInfo': {'SizeInMiB': 40960}}]}"
+    csv = tmp_path / "gcp.csv"
+    csv.write_text(
+        "InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,SpotPrice\n"
+        "a2-highgpu-1g,12.0,85.0,,,,us-central1,us-central1-a,1.0,0.3\n"
+        "a2-highgpu-1g,12.0,85.0,,,,us-east1,us-east1-b,1.0,0.3\n"
+        f",,,A100,1,\"{gpu}\",us-central1,us-central1-a,1e308,\n"
+        f",,,A100,1,\"{gpu}\",us-east1,us-east1-b,2.9,1.0\n"
+    )
+    result = import_file([csv], tmp_path / "gcp.yaml", "gcp", as_of=date(2026, 12, 1))
+    assert (result.offers, result.skipped) == (1, {"A100: Price 1e308 is over 1,000,000,000 USD/h per card": 1})

@@ -39,6 +39,9 @@ from optimizer.inputs.yamlio import read_yaml
 
 REQUIRED = ("AcceleratorName", "AcceleratorCount", "Price", "Region")
 MAX_CARDS = 1024  # cards in one instance; the largest SkyPilot rows list 16
+MAX_CARD_PRICE = 1e9  # USD per card-hour: the offers file's ceiling (schema_catalog.Price.amount)
+MAX_VCPUS = 100_000  # vCPUs of one node: the offers file's ceiling (schema_catalog.Host.vcpus)
+HOST_COLUMNS = ("MemoryGiB", "vCPUs", "LocalDiskSize", "LocalDiskCount")  # read into an offer's host when host_facts
 
 
 class _Dumper(yaml.SafeDumper):
@@ -70,6 +73,43 @@ def _count(row: dict[str, str]) -> int | None:
     """AcceleratorCount as a whole number of cards from 1 to MAX_CARDS, or None (0, 0.5, inf, text)."""
     value = _num(row.get("AcceleratorCount"))
     return int(value) if value is not None and value.is_integer() and 1 <= value <= MAX_CARDS else None
+
+
+def price_problem(row: dict[str, str], count: int) -> str | None:
+    """Why a row's on-demand ``Price`` cannot be imported, else None.
+
+    Rule: Price is a finite number above 0 whose share per card is at most MAX_CARD_PRICE USD/h; an empty one is
+    "no on-demand Price".
+    """
+    text = (row.get("Price") or "").strip()
+    value = _num(text)
+    if not text:
+        return "no on-demand Price"
+    if value is None or value <= 0:
+        return f"Price {text} is not a positive finite number"
+    if value / count > MAX_CARD_PRICE:
+        return f"Price {text} is over {MAX_CARD_PRICE:,.0f} USD/h per card"
+    return None
+
+
+def host_problem(row: dict[str, str]) -> str | None:
+    """Why a row's host columns cannot be imported, else None.
+
+    Rule: each of HOST_COLUMNS that the row gives is a finite number above 0, vCPUs from 1 to MAX_VCPUS, and the
+    local disk (LocalDiskSize x LocalDiskCount) finite; an empty one is left out of the offer.
+    """
+    for col in HOST_COLUMNS:
+        text = (row.get(col) or "").strip()
+        value = _num(text)
+        if text and (value is None or value <= 0):
+            return f"{col} {text} is not a positive finite number"
+    vcpus = _num(row.get("vCPUs"))
+    if vcpus is not None and not 1 <= vcpus <= MAX_VCPUS:
+        return f"vCPUs {row['vCPUs'].strip()} is not from 1 to {MAX_VCPUS:,}"
+    disk = _disk(row)[0]
+    if disk is not None and not math.isfinite(disk):
+        return "LocalDiskSize x LocalDiskCount is not a finite number"
+    return None
 
 
 def _slug(text: str) -> str:
@@ -207,10 +247,11 @@ def _level_key(row: dict[str, str]) -> tuple[str, str, str]:
 
 
 def _dearest_prices(rows: list[dict[str, str]]) -> dict[tuple[str, str, str], float]:
-    """Per shape, the highest ``Price`` over its rows (regions and zones), as the rows give it."""
+    """Per shape, the highest ``Price`` over its rows (regions and zones) that price_problem passes."""
     dearest: dict[tuple[str, str, str], float] = defaultdict(float)
     for row in rows:
-        dearest[_level_key(row)] = max(dearest[_level_key(row)], _num(row.get("Price")) or 0.0)
+        if price_problem(row, _count(row) or 1) is None:  # a Price of 1e308 is no level for the other regions
+            dearest[_level_key(row)] = max(dearest[_level_key(row)], _num(row.get("Price")) or 0.0)
     return dearest
 
 
@@ -231,8 +272,9 @@ def build_offers(rows: list[dict[str, str]], cloud: str, gpus: dict[str, Gpu], r
         if _count(row) is None:
             skipped[f"{name[:60]}: AcceleratorCount is not a whole number of cards from 1 to {MAX_CARDS}"] += 1
             continue
-        if not (_num(row.get("Price")) or 0) > 0:  # before the price-level rule, which a missing price also fails
-            skipped[f"{name}: no on-demand Price"] += 1
+        problem = price_problem(row, _count(row) or 1)  # before the price-level rule, which a bad price also fails
+        if problem is not None:
+            skipped[f"{name}: {problem}"] += 1
             continue
         if (_num(row.get("Price")) or 0.0) < floor * levels[_level_key(row)]:
             skipped[f"{name}: Price under {floor:g} x another region's for the same shape (a second price level: "
@@ -244,6 +286,10 @@ def build_offers(rows: list[dict[str, str]], cloud: str, gpus: dict[str, Gpu], r
                 skipped[f"{name}: {merged}"] += 1
                 continue
             row = merged
+        problem = price_problem(row, _count(row) or 1) or (host_problem(row) if rules.get("host_facts") else None)
+        if problem is not None:  # the GCP VM row's price and host columns, every cloud's host columns
+            skipped[f"{name}: {problem}"] += 1
+            continue
         gpu = map_gpu(name, row.get("InstanceType", ""), gpus)
         if gpu is None:
             skipped[f"{name}: no gpus.yaml entry lists it in skypilot_names"] += 1
