@@ -805,6 +805,10 @@ MUTATIONS: list[Mutation] = [
     _m("skypilot-overflow-price-sets-level", "catalog", "optimizer/inputs/import_skypilot.py",
        r"if price_problem\(row, _count\(row\) or 1\) is None:  # a Price of 1e308", "if True:  # a Price of 1e308",
        ["tests/test_import_skypilot.py"], "one GCP row priced 1e308 makes every other region's a second price level"),
+    _m("hf-config-own-size-limit", "catalog", "optimizer/inputs/catalog.py",
+       r'read_json\(p, str\(p\), MAX_JSON_BYTES, "an HF config\.json"\)',
+       'read_json(p, str(p), 4 * 1024 * 1024, "an HF config.json")', ["tests/test_hf_config.py"],
+       "a 5 MiB config.json is refused where the README promises 16 MiB for a JSON file"),
 ]
 
 

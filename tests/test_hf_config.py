@@ -8,6 +8,7 @@ import pytest
 
 from optimizer.inputs.catalog import import_hf_config
 from optimizer.inputs.errors import InputError
+from optimizer.inputs.inputfile import MAX_JSON_BYTES
 from optimizer.solve.planner import estimate_scenario
 
 # Values of Qwen/Qwen2.5-7B's config.json (the source named in catalogs/models.yaml)
@@ -191,3 +192,14 @@ def test_hf_config_with_other_model_keys_says_so(run_cli, write_scenario):
     done = run_cli("solve", write_scenario(model={"hf_config": "c.json", "layers": 2}))
     assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1
     assert "model: hf_config takes no other keys (config.json gives the architecture): remove layers" in done.stderr
+
+
+def test_a_config_json_is_read_up_to_the_json_limit_the_readme_states(tmp_path):
+    """README "Input limits": 16 MiB for a JSON file, HF config.json included (the reader stopped at 4 MiB)."""
+    path = tmp_path / "config.json"
+    text = json.dumps(QWEN25_7B)
+    path.write_text(text + " " * (MAX_JSON_BYTES - len(text)))  # padding, as a pretty-printed file has
+    assert import_hf_config(path).hidden == 3584
+    path.write_text(text + " " * (MAX_JSON_BYTES + 1 - len(text)))
+    with pytest.raises(InputError, match="larger than the 16,777,216-byte limit"):
+        import_hf_config(path)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.inputs.errors import InputError, did_you_mean
-from optimizer.inputs.inputfile import read_json
+from optimizer.inputs.inputfile import MAX_JSON_BYTES, read_json
 from optimizer.inputs.schema import HfConfigRef, Method, ModelArch, Scenario
 from optimizer.inputs.schema_catalog import Accuracy, FxFile, FxRate, Gpu, GpuFile, ModelFile, Offer, OfferFile
 from optimizer.inputs.yamlio import read_file_bytes, read_yaml, validate
@@ -339,7 +339,7 @@ def import_hf_config(path: str | Path, source: str = "") -> ModelArch:
         raise InputError(label, "model.hf_config", f"'{path}' is a directory, expected a config.json file")
     if not p.is_file():
         raise InputError(label, "model.hf_config", f"config file '{path}' not found")
-    cfg = read_json(p, str(p), 4 * 1024 * 1024, "an HF config.json")  # a config.json is a few KiB
+    cfg = read_json(p, str(p), MAX_JSON_BYTES, "an HF config.json")  # README "Input limits": a JSON file 16 MiB
     if not isinstance(cfg, dict):
         raise InputError(str(p), "", "expected a JSON object")
     missing = [hf for hf in _HF_KEYS.values() if hf not in cfg]
