@@ -809,6 +809,13 @@ MUTATIONS: list[Mutation] = [
        r'read_json\(p, str\(p\), MAX_JSON_BYTES, "an HF config\.json"\)',
        'read_json(p, str(p), 4 * 1024 * 1024, "an HF config.json")', ["tests/test_hf_config.py"],
        "a 5 MiB config.json is refused where the README promises 16 MiB for a JSON file"),
+    _m("batch-folder-unreadable-entries-dropped", "batch", "optimizer/solve/batch.py",
+       r"p\.suffix in SCENARIO_SUFFIXES and not p\.is_dir\(\)", "p.suffix in SCENARIO_SUFFIXES and p.is_file()",
+       ["tests/test_batch.py"], "a named pipe or a dangling link named *.yaml in a batch folder gets no row"),
+    _m("batch-glob-unreadable-matches-dropped", "batch", "optimizer/solve/batch.py",
+       r"glob\.glob\(item, recursive=True\) if not Path\(p\)\.is_dir\(\)",
+       "glob.glob(item, recursive=True) if Path(p).is_file()", ["tests/test_batch.py"],
+       "a named pipe or a dangling link a batch glob matches gets no row, no warning"),
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import sys
 import types
@@ -51,6 +52,25 @@ def test_expand_takes_files_folders_and_globs_once_each(folder: Path):
 def test_expand_rejects_an_input_that_names_no_scenario(tmp_path: Path):
     with pytest.raises(InputError, match=r"^.*nothing\.yaml: no scenario file"):
         expand([str(tmp_path / "nothing.yaml")])
+
+
+def test_a_folders_unreadable_yaml_entries_get_error_rows_not_silence(tmp_path: Path, write_scenario):
+    """A named pipe, a dangling link and a looping link named *.yaml had no row and no warning; a folder so named
+    is searched, not a scenario."""
+    write_scenario("a-good.yaml")
+    os.mkfifo(tmp_path / "fifo.yaml")
+    (tmp_path / "dangling.yaml").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop.yaml").symlink_to("loop.yaml")
+    (tmp_path / "sub.yaml").mkdir()
+    paths = expand([str(tmp_path)])
+    assert [Path(p).name for p in paths] == ["a-good.yaml", "dangling.yaml", "fifo.yaml", "loop.yaml"]
+    assert expand([str(tmp_path / "*.yaml")]) == paths
+    out = tmp_path / "results.jsonl"
+    run_batch(paths, out, workers=1)
+    rows = {Path(r["scenario"]).name: r for r in _lines(out)}
+    assert rows["a-good.yaml"]["status"] == "optimal"
+    errors = {name: rows[name]["error"] for name in ("dangling.yaml", "fifo.yaml", "loop.yaml")}
+    assert all(rows[n]["status"] == "error" for n in errors) and "named pipe" in errors["fifo.yaml"], errors
 
 
 # ------------------------------------------------------------------------------------------------ rows

@@ -2,7 +2,8 @@
 
 Contract (README.md "Batches"; row keys in docs/json-contract.md):
 
-* Inputs are files, folders (every ``*.yaml``/``*.yml`` below them) and globs; duplicates are solved once.
+* Inputs are files, folders (every ``*.yaml``/``*.yml`` entry below them that is not a folder) and globs;
+  duplicates are solved once.
 * One row per scenario (:data:`ROW_FIELDS`): the plan's key decision values, cost in the report currency, hours,
   the same at the 90th percentile of the models' held-out errors (``cost_p90``, ``hours_p90``, ``fits_p90``),
   status (optimal, feasible, infeasible or error) and ``error``, the one-line message of a failure or the
@@ -86,17 +87,21 @@ class Backend(StrEnum):
 
 
 def expand(inputs: Iterable[str]) -> list[str]:
-    """Scenario files named by ``inputs`` (files, folders searched recursively, globs), first occurrence kept."""
+    """Scenario files named by ``inputs`` (files, folders searched recursively, globs), first occurrence kept.
+
+    Rule: every ``*.yaml``/``*.yml`` entry of a folder, and every glob match, that is not a folder is a scenario,
+    so one that cannot be read (a named pipe, a dangling or looping link) gets its error row, not silence.
+    """
     out: list[str] = []
     seen: set[str] = set()
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            found = sorted(str(p) for p in path.rglob("*") if p.suffix in SCENARIO_SUFFIXES and p.is_file())
+            found = sorted(str(p) for p in path.rglob("*") if p.suffix in SCENARIO_SUFFIXES and not p.is_dir())
         elif path.is_file():
             found = [item]
         elif glob.has_magic(item):
-            found = sorted(p for p in glob.glob(item, recursive=True) if Path(p).is_file())
+            found = sorted(p for p in glob.glob(item, recursive=True) if not Path(p).is_dir())
         else:
             found = []
         if not found:
