@@ -242,6 +242,13 @@ MUTATIONS: list[Mutation] = [
        r'    if \(scenario\.plan\.pp or 1\) > 1 and key in frameworks\.get\("zero3_without_pp", \[\]\):',
        "    if False:", LAUNCH_TESTS, "a NeMo plan with pp 2 launches Megatron-FSDP, which pipelining excludes"),
     # ---- the efficiency ceiling (winner's curse)
+    _m("engines-sharding-default-unset", "solver", "optimizer/models/engines.py",
+       r"or not explicit or sharding\.value in cap\.shardings:", "or sharding is Sharding.deepspeed or "
+       "sharding.value in cap.shardings:", ["tests/test_engines.py"],
+       "training: {framework: torchtune, sharding: deepspeed} accepted silently (the default's value, but set)"),
+    _m("calibrate-document-sets-sharding", "measure", "optimizer/measure/calibrate.py",
+       r"        doc\[\"training\"\]\.pop\(\"sharding\", None\)\n", "        pass\n", MEASURE_TESTS,
+       "ftopt calibrate --scenario on a nemo file writes training.sharding: deepspeed, which the case then refuses"),
     _m("risk-limits-ceiling-dropped", "solver", SPACE, r'if risk == "p50":',
        "if True:",
        ["tests/test_efficiency_ceiling.py"],

@@ -133,3 +133,17 @@ def test_a_log_without_a_scenario_asks_for_one():
 def test_imported_scenarios_carry_the_model_inline(run_doc):
     case = from_trainer_state(LOGS / "trainer_state.json", run_doc)
     assert case.scenario["model"]["layers"] == 32 and case.scenario["plan"]["gpu"] == "RTX-4090"
+
+
+@pytest.mark.parametrize("framework", ["nemo", "torchtune"])
+def test_the_measurement_scenario_leaves_out_a_sharding_the_file_leaves_out(framework, write_scenario, run_cli,
+                                                                            tmp_path: Path):  # fmt: skip
+    # the document wrote the default sharding (deepspeed), which a set training.sharding outside hf is refused as
+    path = write_scenario(catalog="us", training={"framework": framework, "attention": "sdpa"})
+    doc = scenario_document(path)
+    assert "sharding" not in doc["training"]
+    again = tmp_path / "again.yaml"
+    again.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert run_cli("solve", again, "--json").exit_code == 0
+    kept = write_scenario("set.yaml", catalog="us", training={"framework": "torchtune", "sharding": "fsdp"})
+    assert scenario_document(kept)["training"]["sharding"] == "fsdp"

@@ -29,8 +29,10 @@ def _rows(write_scenario, catalog, name="s.yaml", **changes):
     return ev, zo
 
 
-def _training(framework, sharding="deepspeed", optimizer="adamw"):
-    return {"framework": framework, "sharding": sharding, "optimizer": optimizer, "attention": "flash"}
+def _training(framework, sharding=None, optimizer="adamw"):
+    """The training block; sharding None leaves the field out (set, only a value the framework takes passes)."""
+    set_ = {} if sharding is None else {"sharding": sharding}
+    return {"framework": framework, **set_, "optimizer": optimizer, "attention": "flash"}
 
 
 def test_deepspeed_offloads_the_optimizer_at_every_stage_and_parameters_at_stage_3(write_scenario, catalog):
@@ -65,7 +67,7 @@ def test_torchtune_lora_offloads_on_one_rank_too(write_scenario, catalog):
     (("hf", "fsdp"), {"zero_stage": 2, "offload": "optimizer"}, "hf_fsdp does not run offload optimizer"),
     (("hf", "fsdp"), {"offload": "optimizer"}, "hf_fsdp does not run offload optimizer"),
     (("torchtune", "fsdp"), {"offload": "optimizer"}, "torchtune does not run offload optimizer"),
-    (("nemo", "deepspeed"), {"zero_stage": 3, "offload": "optimizer"}, "nemo does not run offload optimizer at ZeRO-3"),
+    (("nemo", None), {"zero_stage": 3, "offload": "optimizer"}, "nemo does not run offload optimizer at ZeRO-3"),
     (("hf", "deepspeed", "adamw_8bit"), {"offload": "optimizer"}, "hf_deepspeed cannot step adamw_8bit on the CPU"),
     (("hf", "fsdp", "paged_adamw_8bit"), {"offload": "all"}, "hf_fsdp cannot step paged_adamw_8bit on the CPU"),
 ])  # fmt: skip
@@ -197,23 +199,28 @@ def test_zero_0_with_offload_is_one_line_at_the_cli(write_scenario, run_cli):
 
 @pytest.mark.parametrize("framework,sharding,refused", [
     ("nemo", "fsdp", True),  # once accepted silently: NeMo shards by the plan's ZeRO stage, never by this field
-    ("nemo", "deepspeed", False),  # the default: stands for "not set" outside hf
+    ("nemo", "deepspeed", True),  # set, the default is refused too: it passed, and NeMo ignored it
+    ("nemo", None, False),  # left out: the default stands for "not set" outside hf
     ("torchtune", "fsdp", False),  # what torchtune runs (scenarios/8b-full-torchtune.yaml states it)
-    ("torchtune", "deepspeed", False),
+    ("torchtune", "deepspeed", True),  # torchtune shards with FSDP2 whatever the field says
+    ("torchtune", None, False),
     ("hf", "fsdp", False),
     ("hf", "deepspeed", False),
+    ("hf", None, False),
 ])  # fmt: skip
 def test_a_sharding_the_framework_does_not_run_is_a_one_line_error(run_cli, write_scenario, framework, sharding,
                                                                     refused):  # fmt: skip
+    set_ = {} if sharding is None else {"sharding": sharding}
     path = write_scenario(f"{framework}-{sharding}.yaml", catalog="us",
-                          training={"framework": framework, "sharding": sharding, "attention": "sdpa"})  # fmt: skip
+                          training={"framework": framework, **set_, "attention": "sdpa"})  # fmt: skip
     res = run_cli("solve", path, "--json")
     if not refused:
         assert res.exit_code == 0, res.stderr
         return
     assert res.exit_code == 2 and res.stderr.count("\n") == 1 and res.stdout == "", res.stderr
-    assert res.stderr.startswith(f"ftopt: error: {path}: training.sharding: fsdp is read by framework hf only")
-    assert res.stderr.rstrip().endswith("allowed: leave it out")
+    assert res.stderr.startswith(f"ftopt: error: {path}: training.sharding: {sharding} is read by framework hf only")
+    allowed = "fsdp, or leave it out" if framework == "torchtune" else "leave it out"
+    assert res.stderr.rstrip().endswith(f"allowed: {allowed}")
 
 
 def test_fsdp_has_no_zero_1_and_a_pinned_one_is_a_one_line_error(write_scenario, catalog, run_cli):

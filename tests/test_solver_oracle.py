@@ -137,10 +137,12 @@ def _engine_runs(doc: dict[str, Any], frameworks: dict[str, Any]) -> None:
     """Keep the draw to what its engine runs (calibration frameworks: methods, optimizers, parallelism, offload)."""
     if doc["training"]["framework"] == "nemo":
         doc["training"]["optimizer"] = "adamw"
-        doc["training"].pop("sharding")  # nemo shards by the plan's ZeRO stage and refuses an fsdp setting
+        doc["training"].pop("sharding")  # nemo shards by the plan's ZeRO stage and refuses a set sharding
         doc["method"] = "lora" if doc["method"] == "qlora" else doc["method"]
     elif (doc.get("plan") or {}).get("tp", 1) != 1:
         doc["plan"]["tp"] = 1
+    if doc["training"]["framework"] == "torchtune" and doc["training"].get("sharding") == "deepspeed":
+        doc["training"].pop("sharding")  # torchtune shards with FSDP and refuses a set deepspeed: left out instead
     pins, training = doc.get("plan") or {}, doc["training"]
     engine = f"hf_{training.get('sharding')}" if training["framework"] == "hf" else training["framework"]
     stages = frameworks.get("zero_stages", {}).get(engine)
@@ -510,6 +512,8 @@ def _offers_file(tmp_path, cat: Catalog) -> list[str]:
 def test_solve_scenario_with_an_offers_file_matches_the_oracle(seed: int, tmp_path):
     inst = run_instance(seed)
     doc = inst.scenario.model_dump(mode="json", exclude_none=True)
+    if "sharding" not in inst.scenario.training.model_fields_set:
+        doc["training"].pop("sharding")  # left out, as drawn: outside hf a set sharding is refused
     doc["catalog"] = _offers_file(tmp_path, inst.catalog)
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(doc))

@@ -524,7 +524,7 @@ class Training(Strict):
     sharding: Sharding = Field(
         Sharding.deepspeed,
         description="hf only: how ZeRO-style sharding is implemented; elsewhere leave it out (torchtune may state "
-        "fsdp, which it runs; nemo refuses fsdp: it shards by the plan's ZeRO stage)",
+        "fsdp, which it runs, and refuses deepspeed; nemo refuses either: it shards by the plan's ZeRO stage)",
     )
     optimizer: OptimizerName = Field(
         OptimizerName.adamw,

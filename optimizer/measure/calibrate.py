@@ -314,11 +314,16 @@ def _after(result: Result, cases: list[tuple[Case, str]], workdir: Path) -> None
 
 
 def scenario_document(path: str | Path) -> dict[str, Any]:
-    """A scenario file as a self-contained measurement scenario: validated, model written inline, no overlay."""
+    """A scenario file as a self-contained measurement scenario: validated, model written inline, no overlay.
+
+    ``training.sharding`` is written only where the file sets it (outside hf a set value is refused).
+    """
     catalog = load_catalog()
     sc = load_scenario(path)
     arch = resolve_model(sc, catalog, path)
     doc = sc.model_dump(mode="json", exclude_none=True, exclude={"calibration"})
+    if "sharding" not in sc.training.model_fields_set:  # left out, as the file has it: set, nemo would refuse it
+        doc["training"].pop("sharding", None)
     doc["model"] = arch.model_dump(mode="json", exclude_none=True)
     if sc.catalog is not None:  # offer files by absolute path, so the document works from any folder
         names = [sc.catalog] if isinstance(sc.catalog, str) else sc.catalog

@@ -246,11 +246,13 @@ def capabilities(scenario: Scenario, catalog: Catalog) -> Capabilities:
 def sharding_refusal(scenario: Scenario, cap: Capabilities) -> tuple[str, str] | None:
     """(field, problem) when ``training.sharding`` names a sharding the framework does not run, else None.
 
-    The default (deepspeed) passes everywhere: outside hf it stands for "not set" (calibration
-    ``frameworks.sharding``).
+    A value the scenario sets is refused unless the framework takes it (calibration ``frameworks.sharding``), the
+    default (deepspeed, left out of the file) included; left out, it passes everywhere: outside hf the default
+    stands for "not set".
     """
     sharding = scenario.training.sharding
-    if cap.shardings is None or sharding is Sharding.deepspeed or sharding.value in cap.shardings:
+    explicit = "sharding" in scenario.training.model_fields_set
+    if cap.shardings is None or not explicit or sharding.value in cap.shardings:
         return None
     name = scenario.training.framework.value
     takes = " | ".join(s for s in cap.shardings if s != Sharding.deepspeed.value)
