@@ -188,6 +188,15 @@ def test_help_ends_with_examples(run_cli, command):
     assert re.search(r"Examples:\n( +ftopt .+\n)+\Z", result.stdout), result.stdout
 
 
+@pytest.mark.parametrize("group", [[], ["catalog"], ["models"], ["catalog", "import"]], ids=" ".join)
+def test_a_group_without_its_subcommand_prints_its_help_on_several_lines(run_cli, group):
+    # click >= 8.2 raises the help as a usage error, which main squashed into one 1,500-character error line
+    result = run_cli(*group)
+    assert result.exit_code == 2 and result.stdout == "", result.stdout
+    assert result.stderr == run_cli(*group, "--help").stdout
+    assert "ftopt: error" not in result.stderr and result.stderr.count("\n") > 10
+
+
 def test_command_bodies_are_short():
     tree = ast.parse((REPO / "optimizer" / "cli" / "commands.py").read_text(encoding="utf-8"))
     command = re.compile(r"\.(command|group)\b")

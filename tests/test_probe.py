@@ -200,6 +200,17 @@ def test_a_tensor_parallel_plan_is_refused_with_one_line(run_cli, write_scenario
     assert result.stderr.count("\n") == 1 and not (tmp_path / "p").exists()
 
 
+def test_an_infeasible_scenario_has_no_plan_to_probe_exit_1_as_solve(run_cli, write_scenario, tmp_path: Path):
+    # it exited 2 (bad input), though the exit table puts an infeasible scenario under 1 and solve exits 1
+    path = write_scenario(budget={"amount": 0.01, "currency": "USD"})
+    assert run_cli("solve", path).exit_code == 1
+    result = run_cli("probe", path, "--out", tmp_path / "p")
+    assert result.exit_code == 1 and result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+    says = "no plan to probe: the scenario is infeasible (ftopt solve says why)"
+    assert result.stderr == f"ftopt: error: {path}: {says}\n"
+    assert not (tmp_path / "p").exists()
+
+
 def test_probe_cli_prints_cost_and_next_steps(run_cli, tmp_path: Path, seven_b_zero0):
     result = run_cli("probe", seven_b_zero0, "--out", tmp_path / "p", "--steps", "10")
     assert result.exit_code == 0, result.output

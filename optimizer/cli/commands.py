@@ -47,7 +47,8 @@ Exit status:
        batch row solved
   {EXIT_NO_PLAN}    answered without a plan: infeasible scenario, estimate DOES NOT FIT, a portfolio job without a
        plan, batch --strict with an error or infeasible row, calibrate with no usable measurement
-  {EXIT_BAD_INPUT}    bad input: the one-line error names the file, the field and what is allowed
+  {EXIT_BAD_INPUT}    bad input: the one-line error names the file, the field and what is allowed; a command
+       group run without its subcommand prints its help (on stderr)
   {EXIT_OUTPUT}    an output file could not be written (not a regular file, a directory, read-only folder, full
        disk, size limit, another batch writing it): one line; the previous file is kept, and a command
        with several outputs writes none of them
@@ -381,13 +382,25 @@ cli.add_command(probe_command)
 cli.add_command(portfolio_command)
 
 
+# click >= 8.2 raises this usage error for a group run without a subcommand; its message is the whole help text
+NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
+    e for e in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if e is not None)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: user errors (ours and click's usage errors) print one line and exit 2."""
+    """Console entry point: user errors (ours and click's usage errors) print one line and exit 2.
+
+    A command group run without a subcommand (``ftopt``, ``ftopt catalog``) prints its help as click does, on
+    several lines to stderr, and exits 2: no command ran, a usage error (``--help`` prints it to stdout, exit 0).
+    """
     try:
         code = cli.main(args=argv, prog_name="ftopt", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("ftopt: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except NO_ARGS_IS_HELP as exc:
+        click.echo(str(exc), err=True)  # the help, as click >= 8.2 prints it
+        sys.exit(EXIT_BAD_INPUT)
     except click.ClickException as exc:
         click.echo(f"ftopt: error: {' '.join(exc.format_message().split())}", err=True)
         sys.exit(2)

@@ -62,6 +62,9 @@ def calibrate_command(measurements: tuple[str, ...], output: str | None, scenari
               help="Warm-up steps (not measured).")
 @click.option("--calibration", type=click.Path(), help="Calibration overlay to plan with.")
 def probe_command(scenario: str, out_dir: str, steps: int, warmup: int, calibration: str | None) -> None:
-    """Plan SCENARIO, then write the cheapest short trial of its per-GPU configuration to OUT (probe.py)."""
+    """Plan SCENARIO, then write the cheapest short trial of its per-GPU configuration to OUT (probe.py).
+
+    Exit 1, as solve, when SCENARIO has no plan (infeasible): nothing is written.
+    """
     result = probe_scenario(scenario, out_dir, steps, warmup, Overrides(calibration=calibration))
     report_measure.print_probe(result, report.console())

@@ -2,7 +2,7 @@
 
 Every message is a single line of the form ``FILE: FIELD: what is wrong, what is allowed``.
 The CLI alone catches :class:`FtoptError`, prints the message to stderr and exits with status 2 (3 for an
-:class:`OutputError`: a file that could not be written).
+:class:`OutputError`: a file that could not be written; 1 for a :class:`NoPlanError`: no plan to work on).
 """
 
 from __future__ import annotations
@@ -43,6 +43,19 @@ class OutputError(FtoptError):
     """An output file that cannot be written: not a regular file, read-only folder, full disk, size limit."""
 
     exit_code = EXIT_OUTPUT
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {problem}")
+
+
+class NoPlanError(FtoptError):
+    """A command that needs a plan was given an infeasible scenario.
+
+    One line on stderr and exit status 1 (no plan), as an infeasible ``ftopt solve`` exits; not 2: the input is valid.
+    """
+
+    exit_code = EXIT_NO_PLAN
 
     def __init__(self, path: str, problem: str) -> None:
         self.path = path

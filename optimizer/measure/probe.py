@@ -36,7 +36,7 @@ import numpy as np
 import yaml
 
 from optimizer.inputs.atomic import safe_name, write_folder_atomic
-from optimizer.inputs.errors import InputError
+from optimizer.inputs.errors import InputError, NoPlanError
 from optimizer.inputs.schema import MAX_NAME, Attention, Framework, ModelArch, Sharding
 from optimizer.inputs.schema_plan import Estimate, Plan
 from optimizer.launch.ds_config import deepspeed_config
@@ -219,14 +219,17 @@ def _packages(cfg: dict[str, Any]) -> list[str]:
 
 def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_STEPS, warmup: int = DEFAULT_WARMUP,
                    overrides: Overrides | None = None) -> Probe:  # fmt: skip
-    """Solve, choose the trial, price it, and write ``probe.py`` and ``probe_config.json`` into ``out_dir``."""
+    """Solve, choose the trial, price it, and write ``probe.py`` and ``probe_config.json`` into ``out_dir``.
+
+    An infeasible scenario raises :class:`NoPlanError` (exit 1, as solve) and writes nothing.
+    """
     ov = overrides or Overrides()
     if steps < 1 or warmup < 0:
         raise InputError(str(path), "--steps" if steps < 1 else "--warmup", "steps must be >= 1 and warm-up >= 0")
     best = solve_scenario(path, ov).best
     p = best.plan
     if p is None:
-        raise InputError(str(path), "", "no plan to probe: the scenario is infeasible (ftopt solve says why)")
+        raise NoPlanError(str(path), "no plan to probe: the scenario is infeasible (ftopt solve says why)")
     if p.tp > 1 or p.pp > 1:
         raise InputError(str(path), "plan.tp", f"the plan uses tp={p.tp}, pp={p.pp}; the probe runs data parallel "
                          "only: pin plan.tp: 1 to probe, or import your engine's own log into ftopt calibrate")
