@@ -60,3 +60,15 @@ def test_docs_that_list_the_built_in_catalogs_list_every_one():
     assert len(lists) >= 2
     for page, line in lists:
         assert {n for n in names if re.search(rf"\b{n}\b", line)} == names, f"{page}: {line}"
+
+
+def test_only_commands_with_a_scenario_say_their_catalog_replaces_the_scenarios(run_cli):
+    # catalog list and show said --catalog "REPLACES the scenario's catalog", though they read no scenario
+    for name, cmd in _commands(cli):
+        takes = any(isinstance(p, click.Argument) and p.name == "scenario" for p in cmd.params)
+        for p in cmd.params:
+            if isinstance(p, click.Option) and "the scenario's" in (p.help or ""):
+                assert takes, f"{name} {p.opts[0]}: {p.help}"
+    for command in (["catalog", "list"], ["catalog", "show"]):
+        text = " ".join(run_cli(*command, "--help").stdout.split())
+        assert "to read INSTEAD of every built-in catalog (repeatable)" in text

@@ -83,3 +83,24 @@ def test_the_scenario_reference_says_which_plan_terms_are_read_back():
     for value in ("second", "minute"):
         assert PlanPins.model_validate({"term": value}).term is Term.hour
         assert value in row.split("|")[5], row
+
+
+def test_the_exit_status_section_lists_every_code_the_help_lists(run_cli):
+    # the section had 0, 1, 2 and 130; --help lists 3 (an output not written) and 143 (batch ended by SIGTERM) too
+    text = CONTRACT.read_text(encoding="utf-8")
+    section = " ".join(text[text.index("## Exit status") :].split("\n## ")[0].split())
+    table = run_cli("--help").stdout.split("Exit status:")[1]
+    codes = re.findall(r"^ {2,4}(\d+) {2,}", table, flags=re.MULTILINE)
+    assert codes == ["0", "1", "2", "3", "130", "143"]
+    assert [c for c in codes if not re.search(rf"[;:] {c} ", section)] == []
+
+
+def test_the_status_row_says_an_estimate_that_does_not_fit_keeps_its_figures(run_cli):
+    # the row said infeasible has plan, memory, time and cost null; estimate evaluates the configuration it is given
+    doc = json.loads(run_cli("estimate", REPO / "scenarios/7b-lora.yaml", "--gpu", "RTX-4090", "--cards", "1",
+                             "--micro-batch", "2", "--checkpointing", "full", "--json").stdout)  # fmt: skip
+    assert doc["status"] == "infeasible" and doc["memory"]["fits"] is False
+    assert all(doc[k] is not None for k in ("plan", "memory", "time", "cost"))
+    solve_part, estimate_part = _rows()["status"].split("For `estimate`")
+    assert "`solve`: no plan; `plan`, `memory`, `time`, `cost` are `null`" in solve_part
+    assert "`plan`, `memory`, `time`, `cost` and the blocks marked" in estimate_part

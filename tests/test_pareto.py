@@ -230,6 +230,16 @@ def test_pareto_json_lists_points_with_plan_cost_and_hours(run_cli):
         assert set(p["cost"]) >= {"total", "currency"}
 
 
+def test_one_solve_is_counted_in_the_singular_in_text_and_html(run_cli, write_scenario, tmp_path: Path):
+    # an infeasible front takes one CP-SAT solve, which the header and the HTML subtitle called "1 CP-SAT solves"
+    path = write_scenario(catalog="us", budget={"amount": 0.01, "currency": "USD"})
+    res = run_cli("pareto", path, "--html", tmp_path / "front.html")
+    assert res.exit_code == 1
+    page = (tmp_path / "front.html").read_text(encoding="utf-8")
+    for text in (" ".join(res.stdout.split()), page):
+        assert "1 CP-SAT solve" in text and "1 CP-SAT solves" not in text
+
+
 def test_pareto_csv_has_a_header_and_one_row_per_point(run_cli, tmp_path: Path):
     out = tmp_path / "front.csv"
     res = run_cli("pareto", seventy_b(), "--csv", out, "--json")

@@ -6,13 +6,17 @@ A100 with a month price) and the 8B LoRA builder scenario.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 
 from optimizer.portfolio.plan import plan_portfolio
 from optimizer.portfolio.schedule import Occurrence, Problem, Rental, Run, solve
+from optimizer.report.html import portfolio_page
+from optimizer.report.portfolio import print_portfolio
 
 from .conftest import scenario_doc
 from .test_portfolio import OFFERS, write_portfolio
@@ -54,6 +58,20 @@ def test_a_usd_portfolio_of_one_solo_rental_costs_its_cny_bill_over_the_rate(fol
     seconds = rental["units"]["second"]
     # per-second billing: the bill is seconds x 3 CNY / 3600 per card, in USD at 6.7686 CNY per USD
     assert usd.cost["total"] == pytest.approx(seconds * 3.0 / 3600 / USD_CNY, abs=0.011)
+
+
+def test_the_rentals_table_writes_billed_seconds_with_thousands_separators_as_the_plan_does(folder: Path):
+    # the Rentals table printed "24782 second" where the rest of the output writes 24,782
+    (folder / "one.yaml").write_text(yaml.safe_dump(scenario_doc(
+        catalog="offers.yaml", allow={"gpus": ["RTX-4090"], "max_cards": 1}), sort_keys=False))  # fmt: skip
+    path = write_portfolio(folder, jobs=[{"name": "one", "scenario": "one.yaml", "release_day": 0, "due_day": 10}])
+    result = plan_portfolio(path)
+    seconds = result.rentals[0]["units"]["second"]
+    assert seconds >= 1000
+    console = Console(file=io.StringIO(), width=250)
+    print_portfolio(result, console)
+    said = f"{seconds:,} s ({seconds / 3600:,.2f} h)"
+    assert said in console.file.getvalue() and said in portfolio_page(result, str(path))
 
 
 def test_electricity_is_paid_for_every_card_of_a_pool_run(folder: Path):

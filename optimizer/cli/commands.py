@@ -108,6 +108,13 @@ def catalog_option(f: Callable[..., Any]) -> Callable[..., Any]:
                         "(repeatable).")(f)  # fmt: skip
 
 
+def catalog_read_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--catalog`` of catalog list/show, which have no scenario: offer files read instead of every built-in one."""
+    return click.option("--catalog", "catalogs", multiple=True, type=click.Path(),
+                        help=f"Offers file or built-in name ({builtin_catalogs()}) to read INSTEAD of every built-in "
+                        "catalog (repeatable).")(f)  # fmt: skip
+
+
 def add_catalog_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--add-catalog``: offer files added to the scenario's."""
     return click.option("--add-catalog", "added", multiple=True, type=click.Path(),
@@ -326,7 +333,7 @@ def catalog_group() -> None:
 
 
 @catalog_group.command("list", epilog=CATALOG_EXAMPLES)
-@catalog_option
+@catalog_read_option
 @json_option
 def catalog_list(catalogs: tuple[str, ...], as_json: bool) -> None:
     """Every GPU type: memory, dense bf16 TFLOPS, offers, cheapest price per card-hour."""
@@ -339,7 +346,7 @@ def catalog_list(catalogs: tuple[str, ...], as_json: bool) -> None:
 
 @catalog_group.command("show", epilog=CATALOG_EXAMPLES)
 @click.argument("ident", metavar="ID")
-@catalog_option
+@catalog_read_option
 @json_option
 def catalog_show(ident: str, catalogs: tuple[str, ...], as_json: bool) -> None:
     """Every field of the GPU (id or alias) or offer ID, with sources and dates."""

@@ -83,12 +83,17 @@ def pareto_table(result: ParetoResult) -> Table:
     return table
 
 
+def solves_text(n: int) -> str:
+    """'1 CP-SAT solve', '12 CP-SAT solves': the count of solves a front took, the noun in its number."""
+    return f"{n:,} CP-SAT solve{'' if n == 1 else 's'}"
+
+
 def print_pareto(result: ParetoResult, console: Console) -> None:
     """Human-readable front: header, table, proof line (or the infeasibility explanation)."""
     sc = result.scenario
     console.print(f"[bold]{escape(str(sc.name))}[/bold]: {sc.method.value} fine-tuning, "
                   f"{result.candidates} candidate plans, "
-                  f"{result.solves} CP-SAT solves (epsilon-constraint on hours)")  # fmt: skip
+                  f"{solves_text(result.solves)} (epsilon-constraint on hours)")  # fmt: skip
     if not result.estimates:
         message = result.relaxation.message if result.relaxation else "no plan meets the constraints"
         console.print(f"[bold red]Infeasible[/bold red]: {escape(message)}")

@@ -11,6 +11,7 @@ from rich.table import Table
 from optimizer.inputs.errors import InputError
 from optimizer.inputs.terminal import escape
 from optimizer.portfolio.plan import PortfolioResult
+from optimizer.report.plan import _units
 
 
 def portfolio_json(result: PortfolioResult) -> dict[str, Any]:
@@ -65,7 +66,7 @@ def _rentals_table(result: PortfolioResult) -> Table:
     for col in ("offer", "cards", "term", "units", "start h", "end h", "jobs"):
         table.add_column(col)
     for r in result.rentals:
-        units = ", ".join(f"{n} {t}" for t, n in r["units"].items())
+        units = ", ".join(_units(t, n) for t, n in r["units"].items())  # as a plan's bill: '24,782 s (6.88 h)'
         table.add_row(escape(r["offer"]), str(r["cards"]), r["term"], units, f"{r['start_hours']:,.1f}",
                       f"{r['end_hours']:,.1f}", escape(", ".join(r["jobs"])))  # fmt: skip
     return table

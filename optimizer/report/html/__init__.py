@@ -54,12 +54,12 @@ def estimate_page(est: Any, scenario_path: str) -> str:
 
 def pareto_page(result: Any) -> str:
     """The page of ``ftopt pareto``: the front, then the chosen plan's sections."""
-    from optimizer.report.front import pareto_json
+    from optimizer.report.front import pareto_json, solves_text
 
     doc = pareto_json(result)
     sc = result.scenario
     subtitle = (f"ftopt pareto: {sc.method.value} fine-tuning, {result.candidates:,} candidate plans, "
-                f"{result.solves} CP-SAT solves")  # fmt: skip
+                f"{solves_text(result.solves)}")  # fmt: skip
     sections = [front_section(doc, list(result.costs))]
     if doc["chosen"] is not None:
         sections += plan_sections(estimate_json(result.estimates[doc["chosen"]]), sc.headroom, "Chosen plan. ")

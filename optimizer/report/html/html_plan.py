@@ -227,7 +227,11 @@ def _holds(name: str, ok: bool | None) -> str:
 
 
 def why_lost(alt: dict[str, Any], best: dict[str, Any], objective: str, currency: str) -> str:
-    """Why an alternative lost to the chosen plan: the objective's gap first, the other measure as tie-break."""
+    """Why an alternative lost to the chosen plan: the objective's gap first, the other measure as tie-break.
+
+    A gap worded as more or cheaper is unsigned ("costs 2.00 USD more"); one in brackets or after "costs" alone is
+    signed ("(-5.00 h)", "as fast, costs +1.00 USD").
+    """
     dc = report_cost(alt) - report_cost(best)
     dh = alt["time"]["hours"] - best["time"]["hours"]
     cost = f"{'+' if dc >= 0 else '-'}{abs(dc):,.2f} {currency}"
@@ -240,7 +244,7 @@ def why_lost(alt: dict[str, Any], best: dict[str, Any], objective: str, currency
         text = f"{abs(dc):,.2f} {currency} cheaper but {abs(dh):,.2f} h slower (within the tolerance, the faster " \
                "was chosen)"
     else:
-        text = f"costs {cost} more" if dc > 0.005 else f"same cost, {hours}"
+        text = f"costs {abs(dc):,.2f} {currency} more" if dc > 0.005 else f"same cost, {hours}"  # "more", no "+"
         text += f" ({hours})" if dc > 0.005 else ""
     um = (alt.get("uncertainty") or {}).get("memory")
     if um and not um["fits_p90"]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from optimizer.report.html.html_shell import cell, definitions, esc, money, num, section, table
 from optimizer.report.html.html_svg import Bar, gantt, stacked_bar
+from optimizer.report.plan import _units
 
 Window = tuple[float, float]  # release and due day of one job occurrence
 
@@ -45,7 +46,7 @@ def card_rows(doc: dict[str, Any]) -> tuple[list[str], list[Bar]]:
             bars.append(Bar(r, 0.0, 0.0, "purchase", f"bought {pu['gpu']} on day 0: {pu['cards']} cards at "
                             f"{pu['price']:,.2f} {doc['cost']['currency']}"))  # fmt: skip
     for r in doc["rentals"]:
-        units = ", ".join(f"{n:,} {t}" for t, n in r["units"].items())
+        units = ", ".join(_units(t, n) for t, n in r["units"].items())
         bars.append(Bar(len(rows), r["start_hours"] / 24, r["end_hours"] / 24, "rental",
                         f"rented {r['offer']} x {r['cards']} ({r['term']}: {units})\nday {r['start_hours'] / 24:,.2f} "
                         f"to {r['end_hours'] / 24:,.2f}; carries {', '.join(r['jobs'])}"))  # fmt: skip
