@@ -11,10 +11,12 @@ Every model forbids unknown keys, so a typo in a scenario is an error rather tha
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -177,6 +179,22 @@ PositiveFloat = Annotated[float, BeforeValidator(_not_bool), Field(gt=0, allow_i
 
 MAX_TEXT = 4096  # characters in any string of a scenario, catalog or measurement; the longest shipped note has 1,321
 MAX_NAME = 256  # characters in a scenario or model name (names reach terminals, tables and file names)
+_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0 (newline and tab too), DEL and C1 control characters
+
+
+def printable_name(name: str) -> str:
+    """A scenario or model name without control characters (an ESC would reach the HTML report raw), else ValueError.
+
+    Names are one line of printable text: newline, tab, ESC and every other C0/C1 control character are refused.
+    """
+    bad = _NAME_CONTROL.search(name)
+    if bad is not None:
+        raise ValueError(f"control character U+{ord(bad.group()):04X} at character {bad.start() + 1} is not "
+                         f"allowed; allowed: one line of printable text, up to {MAX_NAME} characters")  # fmt: skip
+    return name
+
+
+Name = Annotated[str, AfterValidator(printable_name)]  # a scenario or model name: printable_name's rule
 
 
 class Strict(BaseModel):
@@ -207,7 +225,8 @@ class ModelArch(Strict):
     ``intermediate`` is the width of one SwiGLU branch (per expert for MoE).
     """
 
-    name: str = Field("custom", max_length=MAX_NAME, description="display name")
+    name: Name = Field("custom", max_length=MAX_NAME, description="display name; one line of printable text "
+                       "(control characters refused)")
     layers: Int = Field(gt=0, le=1000, description="decoder blocks L")
     hidden: Int = Field(gt=0, le=200_000, description="model width h")
     intermediate: Int = Field(gt=0, le=1_000_000, description="SwiGLU branch width I")
@@ -687,7 +706,8 @@ class PlanPins(Strict):
 class Scenario(Strict):
     """A fine-tuning job and its limits."""
 
-    name: str | None = Field(None, max_length=MAX_NAME, description="defaults to the file name")
+    name: Name | None = Field(None, max_length=MAX_NAME, description="defaults to the file name; one line of "
+                              "printable text (control characters refused)")
     model: ModelField = Field(
         description="a catalogs/models.yaml name (or an -Instruct/-Chat/-it/-hf variant of "
         "one), an inline architecture mapping, or {hf_config: path/to/config.json}"
