@@ -829,6 +829,10 @@ MUTATIONS: list[Mutation] = [
        r"glob\.glob\(item, recursive=True\) if not Path\(p\)\.is_dir\(\)",
        "glob.glob(item, recursive=True) if Path(p).is_file()", ["tests/test_batch.py"],
        "a named pipe or a dangling link a batch glob matches gets no row, no warning"),
+    _m("hint-logits-share-ignored", "explain", "optimizer/solve/hint.py",
+       r'return logits_share\(space, chosen\) >= float\(limits\["logits_share"\]\)', "return True",
+       ["tests/test_hint.py"],
+       "every hf solve is solved a second time with the fused loss, 14B LoRA whose logits are 11% of its peak too"),
 ]
 
 

@@ -14,7 +14,8 @@ from optimizer.report.reference import PAGE
 from .conftest import REPO
 
 CONTRACT = REPO / "docs" / "json-contract.md"
-SOLVE_ONLY = ("trade_off", "bound", "cut_short", "next_best")  # appended after the estimate's keys by solve_json
+# appended after the estimate's keys by solve_json
+SOLVE_ONLY = ("trade_off", "hint", "bound", "cut_short", "next_best")
 
 
 def _rows() -> dict[str, str]:

@@ -226,7 +226,7 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
     ov = overrides or Overrides()
     if steps < 1 or warmup < 0:
         raise InputError(str(path), "--steps" if steps < 1 else "--warmup", "steps must be >= 1 and warm-up >= 0")
-    best = solve_scenario(path, ov).best
+    best = solve_scenario(path, ov, with_hint=False).best
     p = best.plan
     if p is None:
         raise NoPlanError(str(path), "no plan to probe: the scenario is infeasible (ftopt solve says why)")

@@ -51,6 +51,8 @@ def solve_json(result: SolveResult) -> dict[str, Any]:
         }
     if result.trade_off is not None:
         doc["trade_off"] = result.trade_off
+    if result.relaxation is None:  # with a plan: the what-if hint, null when there is none
+        doc["hint"] = result.hint
     if result.best.status.value == "feasible" and result.bound is not None:  # stopped by --time-limit
         objective = result.scenario.objective.value
         doc["bound"] = {"objective": objective, "value": result.bound,
@@ -393,6 +395,8 @@ def print_solve(result: SolveResult, console: Console) -> None:
     console.print(f"Optimality: {proof}")
     if result.trade_off and result.trade_off["text"]:
         console.print(f"Trade-off: {escape(result.trade_off['text'])}")
+    if result.hint:
+        console.print(f"Hint: {escape(result.hint['text'])}")
     for i, est in enumerate(result.top[1:], start=2):
         console.print(f"#{i}: {escape(_plan_line(est))}; {est.time.hours:,.1f} h; {money_text(est)}")  # type: ignore[union-attr]
     if result.launch:

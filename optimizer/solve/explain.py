@@ -31,6 +31,7 @@ from optimizer.inputs.catalog import Catalog, builtin_offer_catalogs, default_of
 from optimizer.inputs.errors import FtoptError, InputError
 from optimizer.inputs.schema import ModelArch, Objective, PlanPins, Precision, Scenario
 from optimizer.inputs.schema_catalog import Gpu, Offer
+from optimizer.solve.dominance import relevant
 from optimizer.solve.explain_relax import (
     Option,
     hours_needed,
@@ -311,22 +312,45 @@ def _gpu_ids(limits: Limits) -> list[str] | None:
     return sorted(limits.gpus) if limits.gpus is not None else None
 
 
+def with_setting(sc: Scenario, name: str, value: object) -> Scenario:
+    """The scenario with one ``section.key`` setting (``training.loss``) set to ``value``, validated as on load."""
+    section, key = name.split(".")
+    part = getattr(sc, section)
+    return sc.model_copy(update={section: type(part).model_validate({**part.model_dump(), key: value})})
+
+
+def solve_with_setting(space: Space, catalog: Catalog, source: str, limits: Limits, settings: SolverSettings,
+                       name: str, value: object, objective: Objective, tolerance: float = 0.0,
+                       deadline: float | None = None) -> tuple[Space, int | None] | None:  # fmt: skip
+    """The scenario solved again with one setting changed: (its rebuilt space, the chosen row or None).
+
+    The same catalog (CLI overrides and calibration overlay included: ``space.scenario`` and ``catalog`` carry them)
+    and the same limits (allow.gpus as ``limits`` holds it); CP-SAT sees the candidates that can be optimal
+    (dominance.relevant, exact), as planner.solve_scenario's solve does. ``deadline`` (time.monotonic()) bounds the
+    build as space.build's. None when the setting does not combine with the rest of the scenario (an input error,
+    a refusal, a solver limit).
+    """
+    try:
+        wide = build(with_setting(space.scenario, name, value), catalog, space.job.arch, source, deadline)
+        if not len(wide.cand):
+            return wide, None
+        lim = limits_from(wide, _gpu_ids(limits))
+        return wide, solve(wide, objective, lim, settings, relevant(wide, lim), tolerance).index
+    except (FtoptError, ValidationError):
+        return None
+
+
 def setting_options(space: Space, catalog: Catalog, source: str, limits: Limits,
                     settings: SolverSettings) -> list[Option]:  # fmt: skip
     """The :data:`SETTING_OPTIONS` that give a plan, each alone (a configuration that fits and meets the limits)."""
     sc, found = space.scenario, []
     for name, value, what, frameworks in SETTING_OPTIONS:
         section, key = name.split(".")
-        part, has_plan = getattr(sc, section), False
+        part = getattr(sc, section)
         if getattr(part, key) == value or sc.training.framework.value not in frameworks:
             continue
-        try:
-            changed = sc.model_copy(update={section: type(part).model_validate({**part.model_dump(), key: value})})
-            wide = build(changed, catalog, space.job.arch, source)
-            if len(wide.cand):
-                has_plan = solve(wide, Objective.cost, limits_from(wide, _gpu_ids(limits)), settings).index is not None
-        except (FtoptError, ValidationError):
-            pass  # the setting does not combine with the rest of the scenario
+        solved = solve_with_setting(space, catalog, source, limits, settings, name, value, Objective.cost)
+        has_plan = solved is not None and solved[1] is not None  # else the setting does not combine, or no plan
         if has_plan:
             shown = str(value).lower() if isinstance(value, bool) else value
             found.append(Option(name, value, f"set {name}: {shown} ({what})"))

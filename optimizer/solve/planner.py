@@ -39,7 +39,7 @@ from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISIO
 from optimizer.models.engines import engine_key
 from optimizer.models.overlay import LoadedOverlay, group_accuracy, load_overlay, usage
 from optimizer.models.uncertainty import band, memory_cell, memory_risk_ratio
-from optimizer.solve import checklist, requirements
+from optimizer.solve import checklist, hint, requirements
 from optimizer.solve.context import model_report, precision_notes, scenario_notes
 from optimizer.solve.dominance import allowed, nondominated, relevant
 from optimizer.solve.explain import Relaxation, check_pins, explain, pin_problem
@@ -94,6 +94,8 @@ class SolveResult:
     # the allowed GPU types with no plan beside the best one, each with why (no_plan_reasons); empty when the time
     # limit cut the search short (the GPUs not searched prove nothing)
     no_plan: list[tuple[str, str]] | None = None
+    # a setting the scenario left to its default that gives a better plan (hint.hint), None when none does
+    hint: dict | None = None
 
 
 def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scenario, Catalog, str]:
@@ -383,11 +385,12 @@ def _solve_quietly(space: Space, objective: Objective, limits: Limits, settings:
 
 
 def solve_scenario(path: str | Path, overrides: Overrides | None = None, settings: SolverSettings = DEFAULT_SETTINGS,
-                   top_k: int = 1) -> SolveResult:  # fmt: skip
+                   top_k: int = 1, with_hint: bool = True) -> SolveResult:  # fmt: skip
     """Solve one scenario file: optimal plan, best per other GPU type, top-k, or the infeasibility explanation.
 
     ``settings.time_limit_s`` bounds the whole answer: the build stops evaluating offers when it runs out (once
-    some plan fits; ``SolveResult.searched``), and each solve gets what is left.
+    some plan fits; ``SolveResult.searched``), and each solve gets what is left. ``with_hint``: look for a what-if
+    hint on the plan (hint.hint: a second solve, only when its rule holds).
     """
     deadline = time.monotonic() + settings.time_limit_s
     loaded = load_space(path, overrides, deadline)
@@ -428,13 +431,15 @@ def solve_scenario(path: str | Path, overrides: Overrides | None = None, setting
         bound = None
     with named_limits(source):
         traded = trade_off(space, limits, remaining(settings, deadline), out.index)
+    better = (hint.hint(space, catalog, source, limits, remaining(settings, deadline), out.index, deadline)
+              if with_hint else None)  # fmt: skip
     per_node = next(o.cards_per_node for o in space.offers if o.id == best.plan.offer)
     kept = space.hosts_cal.get("checkpoints_kept")  # the checkpoints the disk check counts (requirements.py)
     launch = launch_settings(sc, best.plan, per_node, save_steps(best), space.job.arch, run_steps(best),
                              int(kept) if kept is not None else None)  # fmt: skip
     counts = (len(space.cand), space.enumerated)
     return SolveResult(sc, best, alternatives, top, None, space.currency, bound, *counts, launch, traded,
-                       space.searched, top_k, no_plan)  # fmt: skip
+                       space.searched, top_k, no_plan, better)  # fmt: skip
 
 
 NO_PLAN_WHY = {
