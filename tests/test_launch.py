@@ -563,16 +563,20 @@ def test_a_packed_plan_says_how_llamafactory_packs():
 
 
 def test_nemo_shards_parameters_or_pipelines_not_both(write_scenario, run_cli):
-    """Megatron-FSDP (a NeMo plan's ZeRO-3) and pipeline parallelism exclude each other (calibration
-    frameworks.zero3_without_pp): with a pinned pp 2 the solver plans stages 0-2 and a pinned stage 3 is a one-line
-    error naming plan.zero_stage; without pipelining stage 3 stays open."""
+    """Megatron-FSDP (a NeMo plan's ZeRO-2 and -3) and pipeline parallelism exclude each other (calibration
+    frameworks.pp_zero_stages): with a pinned pp 2 the solver plans stages 0-1 and a pinned stage 2 or 3 is a
+    one-line error naming plan.zero_stage; without pipelining stage 3 stays open."""
     base = dict(method="full", lora=None, training={"framework": "nemo", "optimizer": "adamw"}, catalog="us",
                 deadline_hours=100_000)  # fmt: skip
     piped = {"gpu": "H100-SXM", "cards": 8, "tp": 2, "pp": 2}
     for objective in ("cost", "time"):
-        est = solve_scenario(write_scenario(f"pp-{objective}.yaml", plan=piped, objective=objective, **base)).best
-        assert est.plan is not None and est.plan.pp == 2 and est.plan.zero_stage < 3
-    result = run_cli("solve", str(write_scenario("pp-z3.yaml", plan={**piped, "zero_stage": 3}, **base)))
-    assert result.exit_code == 2 and "plan.zero_stage" in result.stderr and "with pp 2" in result.stderr
+        path = write_scenario(f"pp-{objective}.yaml", plan=piped, objective=objective, **base)
+        est = solve_scenario(path).best
+        assert est.plan is not None and est.plan.pp == 2 and est.plan.zero_stage <= 1
+        settings = launch_settings(load_scenario(path), est.plan, 8)
+        assert "use_megatron_fsdp" not in settings["nemo"]["ddp"]
+    for stage in (2, 3):
+        result = run_cli("solve", str(write_scenario("pp-z.yaml", plan={**piped, "zero_stage": stage}, **base)))
+        assert result.exit_code == 2 and "plan.zero_stage" in result.stderr and "with pp 2" in result.stderr
     flat = write_scenario("z3.yaml", plan={"gpu": "H100-SXM", "cards": 8, "tp": 2, "zero_stage": 3}, **base)
     assert solve_scenario(flat).best.plan.zero_stage == 3

@@ -50,14 +50,15 @@ def half_precision_fallback(job: Job, catalog: Catalog) -> Precision:
 def zero_stages(scenario: Scenario, job: Job, catalog: Catalog) -> tuple[int, ...] | None:
     """The ZeRO stages the scenario's engine has (``frameworks.zero_stages``); None: every stage.
 
-    Under pipeline parallelism (a pinned pp > 1) an engine in ``frameworks.zero3_without_pp`` has no stage 3. The
+    Under pipeline parallelism (a pinned pp > 1) an engine in ``frameworks.pp_zero_stages`` has only those. The
     solver proposes only these, and a pinned stage outside them is refused (space.configurations).
     """
     frameworks = catalog.calibration.get("frameworks", {})
     key = engine_key(scenario, job)
     stages = frameworks.get("zero_stages", {}).get(key)
-    if (scenario.plan.pp or 1) > 1 and key in frameworks.get("zero3_without_pp", []):  # FSDP or pipeline, not both
-        return tuple(int(z) for z in (stages if stages is not None else range(4)) if int(z) != 3)
+    piped = frameworks.get("pp_zero_stages", {}).get(key)
+    if (scenario.plan.pp or 1) > 1 and piped is not None:  # Megatron-FSDP or pipelining, not both
+        return tuple(int(z) for z in (stages if stages is not None else range(4)) if int(z) in piped)
     return None if stages is None else tuple(int(z) for z in stages)
 
 
@@ -287,7 +288,8 @@ def scenario_refusals(scenario: Scenario, cap: Capabilities) -> list[tuple[str, 
     cards = scenario.plan.cards
     if cap.max_cards is not None and cards is not None and cards > cap.max_cards:
         out.append(("plan.cards", f"{name} steps {optimizer.value} on one card only, its single-device recipes "
-                    f"(calibration frameworks.one_card_optimizers): allowed: cards 1, or optimizer adamw"))  # fmt: skip
+                    "(calibration frameworks.one_card_optimizers): allowed: cards 1, or another training.optimizer "
+                    "(adamw, sgd, adafactor)"))  # fmt: skip
     if scenario.training.optimizer_in_backward and scenario.method.value not in cap.in_backward:
         runs = ", ".join(cap.in_backward) or "no method"
         out.append(("training.optimizer_in_backward", f"{cap.engine} runs the optimizer in backward for {runs}; "

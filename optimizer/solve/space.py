@@ -705,7 +705,7 @@ def configurations(scenario: Scenario, catalog: Catalog, arch: Any, source: str,
     if stages is not None and scenario.plan.zero_stage is not None and scenario.plan.zero_stage not in stages:
         piped = f" with pp {scenario.plan.pp}" if (scenario.plan.pp or 1) > 1 else ""
         raise InputError(source, "plan.zero_stage", f"{cap.engine} has no ZeRO stage {scenario.plan.zero_stage}{piped} "
-                         f"(calibration frameworks.zero_stages, zero3_without_pp): allowed: "
+                         f"(calibration frameworks.zero_stages, pp_zero_stages): allowed: "
                          f"{', '.join(map(str, stages))}")  # fmt: skip
     li, z, o, m, ck, prec = grid(scenario, job, lays, gpus, offers, levels, rule, fallback, stages)
     lay_arr = np.array([(x.offer, x.cards, x.nodes, x.tp, x.pp, x.dp) for x in lays], dtype=np.int64).reshape(-1, 6)
