@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 from datetime import date
+from pathlib import Path
 
 import pytest
 import yaml
@@ -183,3 +184,19 @@ def test_the_catalog_cache_follows_the_files_content(tmp_path):
     assert load_catalog([path]).offers[0].prices["hour"].amount == 3.75
     write(2.5)
     assert load_catalog([path]).offers[0].prices["hour"].amount == 2.5
+
+
+def test_a_catalog_flag_names_a_file_of_the_working_directory_not_of_the_scenarios_folder(tmp_path, monkeypatch):
+    """--catalog o.yaml is the o.yaml the user sees where the command runs (resolve_offer_file without a base), even
+    when the scenario's folder has one of that name; a built-in name stays a name."""
+    from optimizer.solve.planner import Overrides, prepare
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    offers = (CATALOG_DIR / "offers" / "lambda.yaml").read_text()
+    (tmp_path / "o.yaml").write_text(offers)
+    (tmp_path / "sub" / "o.yaml").write_text("offers: []\n")
+    (tmp_path / "sub" / "s.yaml").write_text((CATALOG_DIR.parent / "scenarios" / "7b-lora.yaml").read_text())
+    sc, catalog, _ = prepare("sub/s.yaml", Overrides(catalog=["o.yaml"]))
+    assert [Path(f).resolve() for f in catalog.offer_files] == [(tmp_path / "o.yaml").resolve()]
+    assert prepare("sub/s.yaml", Overrides(catalog=["cn"]))[0].catalog in (["cn"], "cn")

@@ -17,7 +17,7 @@ from typing import Any
 
 from optimizer.inputs.errors import InputError, did_you_mean
 from optimizer.inputs.inputfile import MAX_JSON_BYTES, read_json
-from optimizer.inputs.schema import HfConfigRef, Method, ModelArch, Scenario
+from optimizer.inputs.schema import HfConfigRef, Method, ModelArch, Scenario, printable_name
 from optimizer.inputs.schema_catalog import Accuracy, FxFile, FxRate, Gpu, GpuFile, ModelFile, Offer, OfferFile
 from optimizer.inputs.yamlio import read_file_bytes, read_yaml, validate
 
@@ -103,11 +103,10 @@ def _gpu_name_index(gpus: dict[str, Gpu]) -> dict[str, str]:
 
 
 def _load_offers(paths: list[Path], gpu_names: dict[str, str], gpus: dict[str, Gpu],
-                 data: dict[str, bytes | None] | None = None,
-                 taken: dict[str, str] | None = None) -> list[Offer]:  # fmt: skip
-    """The offers of ``paths``; rule: an offer id appears once, across these files and ``taken`` (id -> its file)."""
+                 data: dict[str, bytes | None] | None = None) -> list[Offer]:  # fmt: skip
+    """The offers of ``paths``; rule: an offer id appears once across these files."""
     offers: list[Offer] = []
-    seen: dict[str, str] = dict(taken or {})
+    seen: dict[str, str] = {}
     for path in paths:
         doc = validate(OfferFile, read_yaml(path, (data or {}).get(str(path))), str(path))
         for i, raw in enumerate(doc.offers):
@@ -207,6 +206,13 @@ def builtin_offer_catalogs() -> dict[str, str]:
     return out
 
 
+def is_builtin_offer_name(name: str | Path) -> bool:
+    """Whether ``name`` is a built-in catalog's name (``cn``), as :func:`resolve_offer_file` reads it."""
+    text = str(name)
+    plain = "/" not in text and "\\" not in text and not text.endswith((".yaml", ".yml"))
+    return plain and (CATALOG_DIR / "offers" / f"{text}.yaml").is_file()
+
+
 def resolve_offer_file(name: str | Path, source: str, where: str, base: Path | None = None) -> Path:
     """One offers file named by a user: a built-in name (``cn``), or a path.
 
@@ -216,9 +222,8 @@ def resolve_offer_file(name: str | Path, source: str, where: str, base: Path | N
     ``base`` (a command-line flag) the working directory comes first.
     """
     text = str(name)
-    builtin = CATALOG_DIR / "offers" / f"{text}.yaml"
-    if "/" not in text and "\\" not in text and not text.endswith((".yaml", ".yml")) and builtin.is_file():
-        return builtin
+    if is_builtin_offer_name(text):
+        return CATALOG_DIR / "offers" / f"{text}.yaml"
     p = Path(text)
     if not p.is_absolute():
         bases = ([base] if base is not None else []) + [Path(), CATALOG_DIR.parent]
@@ -276,8 +281,13 @@ def load_scenario(path: str | Path) -> Scenario:
     if scenario.risk_limits and scenario.risk.value == "p99":  # the time model's bands stop at p90
         raise InputError(str(path), "risk_limits", "risk p99 is memory only (the time model has no p99 band): "
                          "allowed: risk p50 or p90 with risk_limits, or risk_limits false")  # fmt: skip
-    if scenario.name is None:
-        scenario = scenario.model_copy(update={"name": Path(path).stem})
+    if scenario.name is None:  # the file's stem, held to the rule of a name the file sets (schema.printable_name)
+        try:
+            stem = printable_name(Path(path).stem)
+        except ValueError as exc:
+            raise InputError(str(path), "name", f"the file name names the scenario (the file sets no name:): {exc}; "
+                             "or set name:") from None  # fmt: skip
+        scenario = scenario.model_copy(update={"name": stem})
     return scenario
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from optimizer.inputs.catalog import (
     Catalog,
     default_offer_files,
+    is_builtin_offer_name,
     load_catalog,
     load_scenario,
     named_file,
@@ -114,8 +115,10 @@ def prepare(path: str | Path, overrides: Overrides | None = None) -> tuple[Scena
         if sc.budget is None:
             raise InputError(source, "budget", "--budget needs a budget: {amount, currency} block in the scenario")
         update["budget"] = sc.budget.model_copy(update={"amount": amount})
-    if ov.catalog:
-        update["catalog"] = ov.catalog
+    if ov.catalog:  # a command-line path is the working directory's (resolve_offer_file without base), not the file's
+        cwd = [n if is_builtin_offer_name(n) else str(resolve_offer_file(n, source, "--catalog").resolve())
+               for n in ov.catalog]  # fmt: skip
+        update["catalog"] = cwd
     if update:
         sc = sc.model_copy(update=update)
     files = scenario_offer_files(sc, path)
