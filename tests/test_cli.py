@@ -120,17 +120,20 @@ def test_catalog_validate_notes_offers_no_exchange_rate_reaches(run_cli, tmp_pat
     assert run_cli("catalog", "validate", _offers(tmp_path)).stdout.count("\n") == 1  # USD has a rate: no note
 
 
-def test_catalog_validate_refuses_an_offer_id_a_built_in_offer_uses_as_add_catalog_does(run_cli, tmp_path):
-    """--add-catalog loads the file beside the built-in offers and refuses the clash: validate says so first."""
+def test_catalog_validate_notes_an_offer_id_a_built_in_offer_uses_which_only_add_catalog_refuses(run_cli, tmp_path):
+    """--catalog and catalog: replace the built-in offers, so a re-imported or edited copy of a built-in file is
+    valid; --add-catalog loads it beside them and refuses the clash: validate passes it with a note saying so."""
     path = _offers(tmp_path, id="lambda-h100-sxm")
     result = run_cli("catalog", "validate", path)
-    assert result.exit_code == 2
+    assert result.exit_code == 0
+    assert "'lambda-h100-sxm' (us.yaml)" in result.stdout and "--add-catalog" in result.stdout
     us = REPO / "catalogs" / "offers" / "us.yaml"
     said = (f"ftopt: error: {path}: offers[0].id: duplicate offer id 'lambda-h100-sxm' (also in {us}): allowed: "
             "an id no other offer uses, built-in ones included\n")  # fmt: skip
-    assert result.stderr == said
     added = run_cli("solve", REPO / "scenarios" / "7b-lora.yaml", "--add-catalog", path)
     assert (added.exit_code, added.stderr) == (2, said)
+    assert run_cli("solve", REPO / "scenarios" / "7b-lora.yaml", "--catalog", path).exit_code in (0, 1)
+    assert "--add-catalog" not in run_cli("catalog", "validate", _offers(tmp_path, id="my-own-h100")).stdout
 
 
 @pytest.mark.parametrize(

@@ -497,8 +497,10 @@ def validate_catalog_files(paths: list[str | Path] | None = None,
     """Validate catalog files with the loader's pydantic models; the built-in catalog when ``paths`` is empty.
 
     Offers are checked against the GPUs of the gpus file given alongside them (else the built-in gpus.yaml):
-    known GPU ids, the file-level currency, and offer ids unique across the files and the built-in offers files
-    (other than those given), as ``--add-catalog`` loads them. Raises InputError (one line) at the first problem.
+    known GPU ids, the file-level currency, offer ids unique across the files. Raises InputError (one line) at the
+    first problem. An offer id a built-in offers file (other than those given) also uses is valid, since ``--catalog``
+    and ``catalog:`` replace the built-ins (a SkyPilot re-import, an edited copy of us.yaml), but ``--add-catalog``
+    loads the file beside them and refuses it: a note says so (:func:`_builtin_id_clashes`).
     """
     files = [_named(p) for p in paths] if paths else [root / "gpus.yaml", root / "models.yaml", root / "fx.yaml",
                                                       *catalog_mod.default_offer_files()]  # fmt: skip
@@ -513,12 +515,28 @@ def validate_catalog_files(paths: list[str | Path] | None = None,
     loaded: list[Offer] = []
     if by_kind["offers"]:
         known = gpus or catalog_mod._load_gpus(root / "gpus.yaml")
-        taken = catalog_mod.builtin_offer_ids(by_kind["offers"]) if paths else {}
-        loaded = catalog_mod._load_offers(by_kind["offers"], catalog_mod._gpu_name_index(known), known, taken=taken)
+        loaded = catalog_mod._load_offers(by_kind["offers"], catalog_mod._gpu_name_index(known), known)
+    clashes = _builtin_id_clashes(loaded, by_kind["offers"]) if paths else ()
     fx_files = by_kind["rates"] or [root / "fx.yaml"]
     label = ", ".join(map(str, by_kind["rates"])) or "the built-in catalogs/fx.yaml"
     return CatalogCounts(len(files), len(gpus), len(loaded), models, rates,
-                         _currencies_without_rate(loaded, fx_files, label))  # fmt: skip
+                         clashes + _currencies_without_rate(loaded, fx_files, label))  # fmt: skip
+
+
+def _builtin_id_clashes(offers: list[Offer], given: list[Path], shown: int = 3) -> tuple[str, ...]:
+    """A note when offer ids of ``given`` are also built-in offers' (files other than ``given``).
+
+    Fine with ``--catalog`` / ``catalog:``, refused by ``--add-catalog`` (offer ids are unique across the files
+    loaded).
+    """
+    taken = catalog_mod.builtin_offer_ids(given)
+    both = [o.id for o in offers if o.id in taken]
+    if not both:
+        return ()
+    names = ", ".join(f"'{i}' ({Path(taken[i]).name})" for i in both[:shown]) + (
+        f" and {len(both) - shown} more" if len(both) > shown else "")  # fmt: skip
+    return (f"offer ids also used by built-in offers: {names}: use this file with --catalog or catalog: (which "
+            "replace the built-in offers); --add-catalog, which loads it beside them, refuses a duplicate id",)
 
 
 def _currencies_without_rate(offers: list[Offer], fx_files: list[Path], label: str) -> tuple[str, ...]:
