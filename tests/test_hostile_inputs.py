@@ -184,7 +184,8 @@ def test_markup_in_names_prints_as_data(name, run_cli, write_scenario):
 
 
 @pytest.mark.parametrize("name,char,at", [("a\x1b[2Jb", "001B", 2), ("two\nlines", "000A", 4), ("tab\tx", "0009", 4),
-                                          ("c1\x9b31m", "009B", 3), ("del\x7f", "007F", 4)])  # fmt: skip
+                                          ("c1\x9b31m", "009B", 3), ("del\x7f", "007F", 4), ("rl\u202eo", "202E", 3),
+                                          ("ls\u2028x", "2028", 3), ("zw\u200bj", "200B", 3)])  # fmt: skip
 @pytest.mark.parametrize("where", ["name", "model.name"])
 def test_control_characters_in_a_name_are_refused_with_one_line(name, char, at, where, run_cli, write_scenario,
                                                                 tmp_path):  # fmt: skip
@@ -196,6 +197,18 @@ def test_control_characters_in_a_name_are_refused_with_one_line(name, char, at, 
     line = _one_line_exit_2(result, f"{where}: control character U+{char} at character {at} is not allowed; allowed: "
                             "one line of printable text, up to 256 characters")  # fmt: skip
     assert line.startswith(f"ftopt: error: {path}: ") and "\x1b" not in line and not (tmp_path / "r.html").exists()
+
+
+def test_a_file_name_that_names_the_scenario_is_held_to_the_same_rule(run_cli, write_scenario, tmp_path):
+    """Without name: the file's stem names the scenario (in the HTML title too): an ESC there is refused, one line."""
+    doc = scenario_doc(name=None)
+    result = run_cli("solve", write_scenario("x\x1b[31my.yaml", doc=doc), "--html", tmp_path / "r.html")
+    line = _one_line_exit_2(result, "name: the file name names the scenario (the file sets no name:): control "
+                            "character U+001B at character 2 is not allowed")  # fmt: skip
+    assert "\x1b" not in line and not (tmp_path / "r.html").exists()
+    assert run_cli("solve", write_scenario("plain-7b.yaml", doc=doc)).exit_code == 0
+    cjk = run_cli("solve", write_scenario("cjk.yaml", doc=scenario_doc(name="微调\u3000任务")))
+    assert cjk.exit_code == 0  # a full-width space (Zs) is printable text, not a control character
 
 
 def test_control_characters_in_an_error_are_shown_escaped(run_cli, write_scenario):

@@ -202,6 +202,12 @@ def test_a_pinned_gpu_that_fits_on_more_nodes_names_the_catalogs_limit_not_the_p
     assert solve_doc(allow=None, **{**doc, "catalog": "us"})[1].relaxation is None
 
 
+def test_a_gpu_that_fits_on_more_cards_than_allow_max_cards_says_to_raise_it(solve_doc):
+    """Switching catalog alone would only meet the max_cards limit next: the advice names both."""
+    rel = solve_doc(allow={"max_cards": 8}, **{**ONE_NODE, "plan": {"offload": "none", "gpu": "H100-SXM"}})[1]
+    assert "(use catalog: us or --add-catalog us), and raise allow.max_cards to 32" in rel.relaxation.message
+
+
 def test_the_largest_offered_card_is_one_the_allow_list_admits(solve_doc):
     rel = solve_doc(allow={"gpus": ["H100-SXM"]}, **ONE_NODE)[1].relaxation
     assert "the largest offered card (H100-SXM) has 76.0 GiB usable" in rel.message

@@ -179,13 +179,16 @@ PositiveFloat = Annotated[float, BeforeValidator(_not_bool), Field(gt=0, allow_i
 
 MAX_TEXT = 4096  # characters in any string of a scenario, catalog or measurement; the longest shipped note has 1,321
 MAX_NAME = 256  # characters in a scenario or model name (names reach terminals, tables and file names)
-_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0 (newline and tab too), DEL and C1 control characters
+# C0 (newline and tab too), DEL and C1 control characters; zero-width and bidirectional formatting characters (a
+# right-to-left override reorders what follows); the Unicode line and paragraph separators
+_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
 def printable_name(name: str) -> str:
     """A scenario or model name without control characters (an ESC would reach the HTML report raw), else ValueError.
 
-    Names are one line of printable text: newline, tab, ESC and every other C0/C1 control character are refused.
+    Names are one line of printable text: newline, tab, ESC and every other C0/C1 control character are refused, and
+    so are the Unicode line separators and the invisible formatting characters (zero-width, bidirectional).
     """
     bad = _NAME_CONTROL.search(name)
     if bad is not None:

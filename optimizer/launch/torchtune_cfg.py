@@ -2,7 +2,8 @@
 
 Checked against torchtune 0.6.1 with torch 2.13 (tests_real/test_torchtune.py: OmegaConf merge into the shipped
 recipe configs, the recipes' own start-up checks, the model builder's signature). Sources:
-pytorch/torchtune recipes/full_finetune_distributed.py, lora_finetune_distributed.py, recipes/configs/*,
+pytorch/torchtune recipes/full_finetune_distributed.py, lora_finetune_distributed.py, full_finetune_single_device.py,
+lora_finetune_single_device.py (one card without offloading: :func:`recipe_name`), recipes/configs/*,
 torchtune/models/*/_model_builders.py.
 """
 

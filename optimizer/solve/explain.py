@@ -223,7 +223,7 @@ def _names(gpus: list[str]) -> str:
 def _use_catalogs(names: list[str], verb: str) -> str:
     """'built-in catalog us offers it (use catalog: us or --add-catalog us)' for the built-in catalogs ``names``."""
     if not names:  # every offer outside the scenario's catalog is a built-in one: not reached
-        return f"other offers {verb}"
+        return "offers outside the built-in catalogs do"
     first = names[0]
     return (f"built-in catalog{'s' if len(names) > 1 else ''} {', '.join(names)} {verb} "
             f"(use catalog: {first} or --add-catalog {first})")  # fmt: skip
@@ -265,8 +265,10 @@ def fit_advice(fits: list[WideFit], space: Space, catalog: Catalog, limits: Limi
         why = (f"fits only on {f.cards} cards or more, and {mine} rents it on at most "
                f"{o.cards_per_node * o.max_nodes} ({nodes})" if f.cards > o.cards_per_node * o.max_nodes
                else f"fits only on offers that {mine} does not have")  # fmt: skip
+        raise_cards = limits.max_cards is not None and f.cards > limits.max_cards
         parts.append(f"{f.gpu} {why}: {_use_catalogs(cats, 'rents enough')}"
-                     + ("" if ok else f", and set plan.gpu or allow.gpus to {f.gpu}"))  # fmt: skip
+                     + ("" if ok else f", and set plan.gpu or allow.gpus to {f.gpu}")
+                     + (f", and raise allow.max_cards to {f.cards}" if raise_cards else ""))  # fmt: skip
     for (cats, ok), gpus in away.items():
         one = len(gpus) == 1
         parts.append(f"{', '.join(gpus)} {'is' if one else 'are'} not in {mine}: "
