@@ -833,6 +833,9 @@ MUTATIONS: list[Mutation] = [
        r'return logits_share\(space, chosen\) >= float\(limits\["logits_share"\]\)', "return True",
        ["tests/test_hint.py"],
        "every hf solve is solved a second time with the fused loss, 14B LoRA whose logits are 11% of its peak too"),
+    _m("html-trade-hint-dropped", "report", "optimizer/report/html/html_plan.py",
+       r'for label, key in \(\("Trade-off", "trade_off"\), \("Hint", "hint"\)\):', "for label, key in ():",
+       ["tests/test_html_report.py"], "the HTML page leaves out the trade the tolerance made and the fused-loss hint"),
 ]
 
 

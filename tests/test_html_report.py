@@ -373,3 +373,22 @@ def test_an_alternatives_cost_reads_as_the_cost_line_does():
     assert money_cell_text(doc) == "1,626.76 USD (= 11,010.86 CNY)"
     same = {"cost": {"total": 228.8, "currency": "CNY", "budget_currency_total": None}}
     assert money_cell_text(same) == "228.80 CNY"
+
+
+def test_the_solve_page_says_what_the_text_says_after_the_plan(run_cli, tmp_path):
+    """The trade the tolerance made and the fused-loss hint appear on the page as in --json (the text's Trade-off and
+    Hint lines); a solve with neither shows neither."""
+    from html import escape
+
+    def page_and_json(path, *args):
+        out = tmp_path / f"{path.stem}.html"
+        doc = json.loads(run_cli("solve", path, "--json", *args).stdout)
+        assert run_cli("solve", path, "--html", out, *args).exit_code == 0
+        return out.read_text(), doc
+
+    text, doc = page_and_json(REPO / "scenarios" / "32b-lora.yaml")
+    assert doc["trade_off"]["text"] and doc["hint"]["text"]
+    assert f"<dt>Trade-off</dt><dd>{escape(doc['trade_off']['text'])}</dd>" in text
+    assert f"<dt>Hint</dt><dd>{escape(doc['hint']['text'])}</dd>" in text
+    text, doc = page_and_json(REPO / "scenarios" / "14b-lora.yaml", "--objective", "cost")
+    assert doc["hint"] is None and "<dt>Hint</dt>" not in text

@@ -212,6 +212,11 @@ def time_cost_section(doc: dict[str, Any], bound: dict[str, Any] | None = None) 
     if bound:
         proof = f"best found within the time limit; proven bound {bound['value']:,.2f} {esc(bound['unit'])}"
         facts.append(("Proof", proof))
+    # what the solve's text says after the plan: the tolerance's trade and the fused-loss what-if (solve only)
+    for label, key in (("Trade-off", "trade_off"), ("Hint", "hint")):
+        said = (doc.get(key) or {}).get("text")
+        if said:
+            facts.append((label, esc(said)))
     body.append(definitions(facts))
     if ut:
         body.append("<h3>Hours</h3>" + band(ut["hours_p10"], t["hours"], ut["hours_p90"], "hours",
