@@ -836,6 +836,18 @@ MUTATIONS: list[Mutation] = [
     _m("html-trade-hint-dropped", "report", "optimizer/report/html/html_plan.py",
        r'for label, key in \(\("Trade-off", "trade_off"\), \("Hint", "hint"\)\):', "for label, key in ():",
        ["tests/test_html_report.py"], "the HTML page leaves out the trade the tolerance made and the fused-loss hint"),
+    _m("torchtune-sgd-fused-kept", "launch", "optimizer/launch/torchtune_cfg.py", r'        block\["fused"\] = False',
+       "        pass", LAUNCH_TESTS, "torchtune's distributed SGD plan keeps fused: True, which FSDP2's DTensors lack"),
+    _m("axolotl-act-offload-dropped", "launch", "optimizer/launch/axolotl_cfg.py",
+       r"    if scenario\.training\.activation_offload:\n        keys", "    if False:\n        keys", LAUNCH_TESTS,
+       "axolotl.yaml keeps every activation on the GPU for a plan priced with them offloaded"),
+    _m("zero3-kbit-load-ignored", "memory", SPACE,
+       r"    card &= memory\.kbit_load_bytes\(job, cfg, cal\[\"memory\"\]\) <= usable",
+       "    pass", LAUNCH_TESTS, "70B QLoRA under ZeRO-3 on 2 x 24 GB: each GPU loads the whole 37 GiB NF4 base first"),
+    _m("probe-qlora-host-copies-dropped", "measure", "optimizer/measure/probe.py",
+       r"        host_copy = ranks \* kbit_base",
+       "        host_copy = 0.0", ["tests/test_probe.py"],
+       "the 70B QLoRA probe prints 76 GiB of host RAM where its four ranks hold four NF4 copies, about 220"),
 ]
 
 

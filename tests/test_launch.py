@@ -228,7 +228,8 @@ def test_sgd_runs_with_the_momentum_its_memory_is_priced_with():
     assert "optim_args" not in adamw["training_arguments"]
     tt = launch_settings(_scenario("full", framework="torchtune", sharding="fsdp"), _plan(optimizer="sgd",
                          offload="none"), cards_per_node=8)  # fmt: skip
-    assert tt["torchtune"]["optimizer"] == {"_component_": "torch.optim.SGD", "momentum": 0.9}
+    # fused off: the config's fused: True would reach FSDP2's DTensors, which have no fused SGD kernel
+    assert tt["torchtune"]["optimizer"] == {"_component_": "torch.optim.SGD", "momentum": 0.9, "fused": False}
 
 
 def test_fsdp_command_turns_fsdp_on():
@@ -352,7 +353,7 @@ def test_torchtune_adamw_runs_fused_as_the_hf_launch_does():
     assert hf["training_arguments"]["optim"] == "adamw_torch_fused"
     sgd = launch_settings(_scenario("full", framework="torchtune", sharding="fsdp"), _plan(optimizer="sgd"),
                           cards_per_node=8)  # fmt: skip
-    assert sgd["torchtune"]["optimizer"] == {"_component_": "torch.optim.SGD", "momentum": 0.9}
+    assert sgd["torchtune"]["optimizer"] == {"_component_": "torch.optim.SGD", "momentum": 0.9, "fused": False}
 
 
 def test_torchtune_notes_what_the_recipe_cannot_run():
@@ -580,3 +581,35 @@ def test_nemo_shards_parameters_or_pipelines_not_both(write_scenario, run_cli):
         assert result.exit_code == 2 and "plan.zero_stage" in result.stderr and "with pp 2" in result.stderr
     flat = write_scenario("z3.yaml", plan={"gpu": "H100-SXM", "cards": 8, "tp": 2, "zero_stage": 3}, **base)
     assert solve_scenario(flat).best.plan.zero_stage == 3
+
+
+def test_activation_offloading_reaches_every_file_that_has_it():
+    """TRL's activation_offloading is an SFTConfig key (a plain TrainingArguments raises for it): sft_config carries
+    it; Axolotl gets activation_offloading (true without recomputation, hidden_states with it); LLaMA-Factory has
+    none, and a note says so."""
+    from optimizer.launch.axolotl_cfg import axolotl_config
+
+    sc = _scenario("lora", activation_offload=True)
+    for ck, mode in (("none", True), ("full", "hidden_states")):
+        plan = _plan(zero_stage=2, offload="none", checkpointing=ck)
+        settings = launch_settings(sc, plan, cards_per_node=8)
+        assert settings["sft_config"]["activation_offloading"] is True
+        assert "activation_offloading" not in settings["training_arguments"]
+        assert axolotl_config(sc, plan)["activation_offloading"] == mode
+        said = "llamafactory.yaml: LLaMA-Factory has no activation offloading"
+        assert any(n.startswith(said) for n in settings["notes"])
+    plain = launch_settings(_scenario("lora"), _plan(zero_stage=2, offload="none"), cards_per_node=8)
+    assert "activation_offloading" not in plain["sft_config"] and "activation_offloading" not in plain["axolotl.yaml"]
+
+
+def test_a_70b_4_bit_base_under_deepspeed_zero3_needs_cards_that_hold_it_whole(write_scenario):
+    """The whole NF4 70B (about 37 GiB) loads on each GPU before ZeRO-3 partitions it: two 24 GB cards cannot start
+    that run, though its training peak would fit them; FSDP, which loads through rank 0's host copy, can."""
+    base = dict(model="Llama-3.1-70B", method="qlora", seq_len=2048, global_batch=16, catalog="cn",
+                data={"tokens": 5.0e6, "epochs": 1}, allow={"gpus": ["RTX-4090"], "max_host_memory_gib": 512})
+    ds = write_scenario("ds.yaml", training={"framework": "hf", "sharding": "deepspeed", "optimizer": "adamw"},
+                        plan={"cards": 2, "zero_stage": 3}, **base)  # fmt: skip
+    assert solve_scenario(ds).best.plan is None
+    fsdp = write_scenario("fsdp.yaml", training={"framework": "hf", "sharding": "fsdp", "optimizer": "adamw"},
+                          plan={"cards": 2, "zero_stage": 3}, **base)  # fmt: skip
+    assert solve_scenario(fsdp).best.plan is not None

@@ -258,3 +258,19 @@ def test_offload_all_leaves_a_no_sync_accumulations_unsharded_gradients_on_the_g
     synced = dataclasses.replace(j, reduce_every_micro_batch=True)
     assert _one(memory.gradient_bytes, synced, accumulating) == 0  # reduced every micro-batch: shards on the host
     assert _one(memory.gradient_bytes, j, dataclasses.replace(accumulating, grad_accum=np.array([1]))) == 0
+
+
+def test_a_4_bit_base_loads_whole_on_each_gpu_under_deepspeed_zero3_only():
+    """transformers builds a quantised model outside zero.Init and bitsandbytes places it whole on each GPU before
+    DeepSpeed partitions it: under ZeRO-3 the load needs the unsharded 4-bit base (as weight_bytes prices it on one
+    card) plus the context; FSDP loads through rank 0's host copy, 16-bit bases through zero.Init."""
+    q = job(LLAMA2_7B, "qlora")
+    z3 = cfg(2, dp=2, zero=np.array([3, 2]))
+    load = memory.kbit_load_bytes(q, z3, consts())
+    p_lin = memory.quantized_params(q)
+    nonlinear = consts()["profiles"]["hf_deepspeed"]["kbit_nonlinear_bytes"]  # DeepSpeed keeps them 16-bit
+    whole = p_lin * consts()["nf4_bytes_per_param"] + (LLAMA2_7B.total_params - p_lin) * nonlinear
+    assert load[0] == pytest.approx(whole + consts()["context_bytes"], rel=1e-6) and load[1] == 0
+    assert 3.0 < (load[0] - consts()["context_bytes"]) / 2**30 < 4.5  # Llama-2-7B in NF4
+    assert not memory.kbit_load_bytes(job(LLAMA2_7B, "qlora", sharding="fsdp"), z3, consts()).any()
+    assert not memory.kbit_load_bytes(job(LLAMA2_7B, "lora"), z3, consts()).any()

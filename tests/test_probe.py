@@ -292,3 +292,21 @@ def test_probe_py_without_its_packages_says_what_to_install(probe_70b, tmp_path:
         assert "\n" not in line and "Traceback" not in line, proc.stderr
         assert line.startswith("probe.py: error: torch, ") and line.endswith(f"pip install {install}"), line
         assert ("deepspeed" in line) is (not args), line  # the CPU smoke run does not ask for DeepSpeed
+
+
+def test_a_qlora_probe_that_offloads_counts_each_ranks_whole_4_bit_base_on_the_host(tmp_path: Path):
+    """probe.py quantises the whole NF4 base on every rank and, offloading, keeps it on the host until FSDP shards
+    it: the host RAM it prints counts one copy per rank (it had counted none: 75.8 GiB printed, about 220 needed)."""
+    from optimizer.measure.probe import kbit_base_bytes
+
+    probe = probe_scenario(REPO / "scenarios" / "70b-qlora.yaml", tmp_path / "out")
+    cfg = json.loads((tmp_path / "out" / "probe_config.json").read_text())
+    assert cfg["method"] == "qlora" and cfg["offload"] == "all" and cfg["sharding"] == "fsdp" and cfg["cards"] > 1
+    sc = load_scenario(REPO / "scenarios" / "70b-qlora.yaml")
+    from optimizer.inputs.catalog import load_catalog, resolve_model
+
+    catalog = load_catalog()
+    base = kbit_base_bytes(sc, resolve_model(sc, catalog, REPO / "scenarios" / "70b-qlora.yaml"), catalog.calibration)
+    assert 34 * 2**30 < base < 40 * 2**30  # Llama-3.1-70B in NF4 with 16-bit embeddings and norms
+    assert probe.host_ram >= cfg["cards"] * base
+    assert any(n.startswith("probe.py quantises the whole 4-bit base on every rank") for n in probe.notes)

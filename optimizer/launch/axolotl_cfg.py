@@ -74,11 +74,7 @@ def axolotl_config(scenario: Scenario, plan: Plan, arch: ModelArch | None = None
     })  # fmt: skip
     if plan.precision is Precision.fp8:
         cfg["fp8"] = True  # torchao float8 training on top of bf16
-    recompute = trainer_recomputes(scenario, plan)
-    cfg["gradient_checkpointing"] = recompute
-    if recompute and scenario.method is not Method.full:
-        # the same use_reentrant choice as the HF export (hf_args.use_reentrant, from PEFT's launch scripts)
-        cfg["gradient_checkpointing_kwargs"] = {"use_reentrant": use_reentrant(scenario, plan)}
+    cfg.update(recompute_keys(scenario, plan))
     if uses_deepspeed(scenario, plan):
         cfg["deepspeed"] = "ds_config.json"
     elif uses_fsdp(scenario, plan):
@@ -95,6 +91,24 @@ def axolotl_config(scenario: Scenario, plan: Plan, arch: ModelArch | None = None
         if hf_optim_args(plan) is not None:
             cfg["optim_args"] = hf_optim_args(plan)
     return cfg
+
+
+def recompute_keys(scenario: Scenario, plan: Plan) -> dict[str, Any]:
+    """Checkpointing and activation offloading as the plan prices them.
+
+    ``gradient_checkpointing`` when the Trainer recomputes, with the HF export's use_reentrant for adapters
+    (hf_args.use_reentrant, from PEFT's launch scripts). ``activation_offloading`` (Axolotl utils/schemas/config.py,
+    core/builders/base.py): true is TRL's offloader, which replaces the Trainer's recomputation (a plan without it);
+    "hidden_states" keeps the Trainer's checkpointing and offloads the inputs it saves (a plan the Trainer recomputes;
+    under FSDP full fine-tuning FSDP recomputes and the Trainer must not, so that plan takes true).
+    """
+    recompute = trainer_recomputes(scenario, plan)
+    keys: dict[str, Any] = {"gradient_checkpointing": recompute}
+    if recompute and scenario.method is not Method.full:
+        keys["gradient_checkpointing_kwargs"] = {"use_reentrant": use_reentrant(scenario, plan)}
+    if scenario.training.activation_offload:
+        keys["activation_offloading"] = "hidden_states" if recompute else True
+    return keys
 
 
 def fsdp_config(scenario: Scenario, plan: Plan) -> dict[str, Any]:

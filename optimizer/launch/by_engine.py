@@ -27,7 +27,7 @@ from optimizer.launch.exporters import file_exports
 from optimizer.launch.fsdp_args import fsdp_plugin
 from optimizer.launch.hf_args import OLDEST_TRANSFORMERS, from_pretrained, hf_arguments, launcher, sft_config
 from optimizer.launch.launch_common import peft_lora_config, uses_deepspeed, uses_fsdp
-from optimizer.launch.llamafactory_cfg import LLAMAFACTORY_PACKING, llamafactory_settings
+from optimizer.launch.llamafactory_cfg import LLAMAFACTORY_NO_ACT_OFFLOAD, LLAMAFACTORY_PACKING, llamafactory_settings
 from optimizer.launch.lora_names import llamafactory_notes, lora_names
 from optimizer.launch.nemo_cfg import nemo_settings
 from optimizer.launch.torchtune_cfg import torchtune_settings
@@ -36,6 +36,11 @@ ZERO3_LOADING = (
     "build TrainingArguments(deepspeed='ds_config.json') before from_pretrained: transformers then loads the model "
     "already partitioned (deepspeed.zero.Init) instead of whole on every rank (transformers "
     "integrations/deepspeed.py is_deepspeed_zero3_enabled)"
+)
+
+ZERO3_KBIT_LOADING = (
+    "a 4/8-bit base is built outside deepspeed.zero.Init and loads whole on every GPU before DeepSpeed partitions "
+    "it (transformers modeling_utils.py: no zero.Init for quantised models); the plan fits that load as well"
 )
 
 FP8_HF = (
@@ -83,7 +88,7 @@ def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int,
         if scenario.frozen_base_bits < 16 and plan.optimizer is OptimizerName.paged_adamw_8bit:
             notes.append("FSDP + QLoRA with paged_adamw_8bit fails when saving a checkpoint (peft accelerate/fsdp.md)")
     elif uses_deepspeed(scenario, plan) and plan.zero_stage == 3:
-        notes.append(ZERO3_LOADING)
+        notes.append(ZERO3_LOADING if scenario.frozen_base_bits == 16 else ZERO3_KBIT_LOADING)
         if arch is not None and arch.experts > 1:
             notes.append(MOE_ZERO3)
     if plan.precision is Precision.fp8:
@@ -96,6 +101,8 @@ def hf_settings(scenario: Scenario, plan: Plan, cards_per_node: int,
     notes += axolotl_notes(scenario, plan)
     if scenario.data.packing:
         notes.append(LLAMAFACTORY_PACKING.format(seq_len=scenario.seq_len))
+    if scenario.training.activation_offload:
+        notes.append(LLAMAFACTORY_NO_ACT_OFFLOAD)
     notes.append("sft_config: TRL SFTConfig keys on top of training_arguments; with the plain Trainer, pack or cut "
                  f"the dataset into rows of {scenario.seq_len} tokens yourself")  # fmt: skip
     notes.append(f"training_arguments use transformers >= {OLDEST_TRANSFORMERS} names; before it write "

@@ -100,7 +100,8 @@ def accelerator_config(scenario: Scenario, plan: Plan) -> dict[str, Any] | None:
 def hf_arguments(scenario: Scenario, plan: Plan) -> dict[str, Any]:
     """HF ``TrainingArguments`` (Trainer, TRL SFTTrainer, LLaMA-Factory accept the same names).
 
-    ``activation_offloading`` (only when the scenario asks for it) is TRL ``SFTConfig``'s, not the plain Trainer's.
+    Activation offloading is TRL ``SFTConfig``'s ``activation_offloading``, not the plain Trainer's: it is in
+    :func:`sft_config` (a ``TrainingArguments(**training_arguments)`` would raise TypeError for it).
     """
     recompute = trainer_recomputes(scenario, plan)
     args: dict[str, Any] = {
@@ -122,8 +123,6 @@ def hf_arguments(scenario: Scenario, plan: Plan) -> dict[str, Any]:
             args["optim_args"] = hf_optim_args(plan)
     if scenario.training.compile:
         args["torch_compile"] = True  # TrainingArguments torch_compile
-    if scenario.training.activation_offload:
-        args["activation_offloading"] = True  # TRL SFTConfig only (huggingface/trl trl/trainer/sft_config.py)
     if uses_deepspeed(scenario, plan):
         args["deepspeed"] = "ds_config.json"
     sync = accelerator_config(scenario, plan)
@@ -143,6 +142,8 @@ def sft_config(scenario: Scenario) -> dict[str, Any]:
     keys: dict[str, Any] = {"max_length": scenario.seq_len, "packing": scenario.data.packing}
     if scenario.data.packing:
         keys["packing_strategy"] = "wrapped"
+    if scenario.training.activation_offload:
+        keys["activation_offloading"] = True  # TRL SFTConfig only (huggingface/trl trl/trainer/sft_config.py)
     return keys
 
 

@@ -70,6 +70,10 @@ def optimizer_block(name: OptimizerName, kernel: OptimizerKernel = OptimizerKern
         block["fused"] = kernel is OptimizerKernel.fused
     if name is OptimizerName.sgd:
         block["momentum"] = SGD_MOMENTUM  # torch's SGD defaults to none; the plan prices its buffer
+        # the recipe configs' AdamW block carries fused: True, which the merge keeps; torch's fused SGD has no
+        # sharding rule for FSDP2's DTensors (aten._fused_sgd_ "does not have a sharding strategy registered",
+        # torch/distributed/tensor/_ops/_pointwise_ops.py registers the fused Adam/AdamW ops only)
+        block["fused"] = False
     if name is OptimizerName.adafactor:
         # transformers' Adafactor raises for a manual lr (the recipe configs set one) with its default relative_step;
         # the HF Trainer's optim=adafactor turns both schedule-free defaults off the same way (trainer.py)

@@ -37,15 +37,16 @@ import yaml
 
 from optimizer.inputs.atomic import safe_name, write_folder_atomic
 from optimizer.inputs.errors import InputError, NoPlanError
-from optimizer.inputs.schema import MAX_NAME, Attention, Framework, ModelArch, Sharding
+from optimizer.inputs.schema import MAX_NAME, Attention, Framework, Method, ModelArch, Scenario, Sharding
 from optimizer.inputs.schema_plan import Estimate, Plan
 from optimizer.launch.ds_config import deepspeed_config
 from optimizer.launch.fsdp_args import fsdp_plugin
 from optimizer.launch.hf_args import load_dtype, use_reentrant
 from optimizer.launch.lora_names import lora_config_targets, lora_names
 from optimizer.measure.calibrate import scenario_document
-from optimizer.models import cost
+from optimizer.models import cost, memory
 from optimizer.solve.planner import Overrides, estimate_scenario, prepare, solve_scenario
+from optimizer.solve.space import make_job
 
 DEFAULT_STEPS = 20
 DEFAULT_WARMUP = 5
@@ -189,13 +190,16 @@ def probe_attention(trial: Estimate, plan: Plan) -> Attention:
     return kernel or plan.attention or Attention.sdpa
 
 
-def probe_host_ram(cfg: dict[str, Any], arch: ModelArch, trial: Estimate, per_rank_gib: float) -> float:
+def probe_host_ram(cfg: dict[str, Any], arch: ModelArch, trial: Estimate, per_rank_gib: float,
+                   kbit_base: float = 0.0) -> float:  # fmt: skip
     """Host RAM per node the probe run takes, bytes, as probe_script.build_model builds the model.
 
     Each rank: ``per_rank_gib`` (the process; calibration hosts.host_ram_per_rank_gib); plus the optimizer states
     ZeRO-Offload keeps on the host (the trial's memory.cpu_offload); plus, under FSDP without a 4-bit base, the one
     copy rank 0 builds on the host before FSDP shards it, in the launch's load dtype (fp32: hf_args.load_dtype). The
-    weights are otherwise created on the GPUs: QLoRA quantised there matrix by matrix, ZeRO-3 partitioned.
+    weights are otherwise created on the GPUs: QLoRA quantised there matrix by matrix, ZeRO-3 partitioned. A 4-bit
+    base that offloads its parameters is quantised whole by every rank and kept on the host (``kbit_base`` bytes
+    each, :func:`kbit_base_bytes`) before the sharding engine takes it: one copy per rank.
     """
     mem = trial.memory
     offload = float(mem.cpu_offload) if mem is not None else 0.0
@@ -203,7 +207,20 @@ def probe_host_ram(cfg: dict[str, Any], arch: ModelArch, trial: Estimate, per_ra
     host_copy = 0.0
     if cfg["sharding"] == "fsdp" and cfg["zero_stage"] > 0 and cfg["method"] != "qlora":
         host_copy = arch.total_params * (4.0 if cfg["method"] == "full" or cfg.get("load_dtype") == "float32" else 2.0)
+    if cfg["method"] == "qlora" and cfg["offload"] == "all":
+        host_copy = ranks * kbit_base
     return ranks * per_rank_gib * 2**30 + offload + host_copy
+
+
+def kbit_base_bytes(sc: Scenario, arch: ModelArch, calibration: dict[str, Any]) -> float:
+    """Bytes of the whole 4-bit base as probe_script.quantised_model builds it.
+
+    The quantised Linears at the NF4 rate, every other parameter in 16 bits (models/memory.py quantized_params,
+    calibration nf4_bytes_per_param).
+    """
+    job = make_job(sc, arch, calibration)
+    p_lin = float(memory.quantized_params(job))
+    return p_lin * float(calibration["memory"]["nf4_bytes_per_param"]) + (arch.total_params - p_lin) * 2.0
 
 
 def _packages(cfg: dict[str, Any]) -> list[str]:
@@ -278,5 +295,11 @@ def probe_scenario(path: str | Path, out_dir: str | Path, steps: int = DEFAULT_S
                               "probe.py": SCRIPT.read_text(encoding="utf-8")})  # fmt: skip
     worth = time_error_worth(path, best, ov)
     per_rank = float(catalog.calibration.get("hosts", {}).get("host_ram_per_rank_gib", 0.0))
-    host_ram = probe_host_ram(cfg, arch, trial, per_rank)
+    kbit = kbit_base_bytes(sc, arch, catalog.calibration) if sc.method is Method.qlora else 0.0
+    host_ram = probe_host_ram(cfg, arch, trial, per_rank, kbit)
+    if kbit and int(cfg["cards"]) > 1 and cfg["sharding"] == "fsdp":
+        where = "on the host" if cfg["offload"] == "all" else "on its GPU"
+        notes.append(f"probe.py quantises the whole 4-bit base on every rank, {kbit / 2**30:,.1f} GiB each kept "
+                     f"{where}, before FSDP shards it (the launch loads it once, through rank 0): the trial needs "
+                     "that much more than the plan while it starts")  # fmt: skip
     return Probe(str(path), best, trial, steps, warmup, str(out), worth, notes, cfg["packages"], host_ram)

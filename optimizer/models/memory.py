@@ -224,6 +224,27 @@ def weight_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
     return _i64(np.where(z3 & (cfg.offload == _ALL), 0.0, resident))
 
 
+def kbit_load_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """Per-GPU bytes while a 4/8-bit base loads under DeepSpeed ZeRO-3, 0 for every other row, int64 (n,).
+
+    transformers builds a quantised model outside ``deepspeed.zero.Init`` (modeling_utils.py: ``needs_zero3_init =
+    is_deepspeed_zero3_enabled() and not _is_quantized``), and the bitsandbytes quantizer places it whole on each
+    rank's GPU (quantizers/quantizer_bnb_4bit.py: ``device_map = {"": torch.cuda.current_device()}``); DeepSpeed
+    partitions it only when its engine starts (deepspeedai/DeepSpeed issue 5660: "parameters first be fully loaded to
+    each GPU and then be sharded" with bitsandbytes, not without). So before training every GPU holds the whole base:
+    P_lin x kbit + (P - P_lin) x ``kbit_nonlinear_bytes``, as :func:`weight_bytes` prices it unsharded, plus the CUDA
+    context. PEFT's DeepSpeed guide runs ZeRO-3 QLoRA of a 70B model on 80 GB cards; FSDP's
+    ``cpu_ram_efficient_loading`` is what fits it on 24 GB ones.
+    """
+    deepspeed = job.framework is Framework.hf and job.sharding is Sharding.deepspeed
+    if job.base_bits == 16 or not deepspeed:
+        return np.zeros(len(cfg), dtype=np.int64)
+    p_lin = float(quantized_params(job))
+    kbit = {8: 1.0, 4: float(consts["nf4_bytes_per_param"])}[job.base_bits]
+    base = p_lin * kbit + (job.arch.total_params - p_lin) * _field(job, cfg, consts, "kbit_nonlinear_bytes")
+    return _i64(np.where(cfg.zero_stage >= 3, base + float(consts["context_bytes"]), 0.0))
+
+
 def holds_unsharded_gradients(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
     """FSDP rows that accumulate unsharded gradients across micro-batches, bool (n,).
 

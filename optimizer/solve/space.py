@@ -503,7 +503,9 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
              fitting_only: bool = False) -> Evaluated:  # fmt: skip
     """Memory, time and fit of every row (vectorised).
 
-    A row fits when its peak at the scenario's risk fits the card less headroom, the GPU runs its precision, its
+    A row fits when its peak at the scenario's risk fits the card less headroom (and so does a 4/8-bit base that
+    loads whole on each GPU before DeepSpeed ZeRO-3 partitions it: memory.kbit_load_bytes), the GPU runs its
+    precision, its
     offloaded states fit allow.max_host_memory_gib, its time is finite (and launches a pinned virtual_pipeline),
     and the node's host RAM holds what it needs (hosts.py). Memory is computed first (:func:`memory_rows`, once
     per distinct configuration); ``fitting_only`` (what :func:`build` asks) then evaluates the time model and the
@@ -526,6 +528,7 @@ def evaluate(job: Job, scenario: Scenario, catalog: Catalog, offers: list[Offer]
                                            cov.method_key(job.method.value, job.arch.experts))  # the peak at the
     # scenario's risk percentile of the row's own memory band must fit
     card = (at_risk <= usable) & (peak > 0)
+    card &= memory.kbit_load_bytes(job, cfg, cal["memory"]) <= usable  # a 4/8-bit base loads whole under ZeRO-3
     host_gib = scenario.allow.max_host_memory_gib
     capped = np.zeros(len(card), dtype=bool)
     if host_gib is not None:  # offloaded states must also fit in the node's RAM
