@@ -613,3 +613,8 @@ def test_a_70b_4_bit_base_under_deepspeed_zero3_needs_cards_that_hold_it_whole(w
     fsdp = write_scenario("fsdp.yaml", training={"framework": "hf", "sharding": "fsdp", "optimizer": "adamw"},
                           plan={"cards": 2, "zero_stage": 3}, **base)  # fmt: skip
     assert solve_scenario(fsdp).best.plan is not None
+    # no DeepSpeed row can start at all: the explanation offers FSDP
+    free = write_scenario("ds-free.yaml", training={"framework": "hf", "sharding": "deepspeed", "optimizer": "adamw"},
+                          **{**base, "model": "Llama-3.1-405B", "catalog": "lambda", "allow": None})  # fmt: skip
+    rel = solve_scenario(free).relaxation
+    assert rel is not None and "set training.sharding: fsdp (FSDP loads a 4/8-bit base once" in rel.message

@@ -306,6 +306,8 @@ SETTING_OPTIONS: tuple[tuple[str, bool | str, str, tuple[str, ...]], ...] = (
      "accelerate's sync_each_batch, instead of holding them unsharded through gradient accumulation", ("hf",)),
     ("training.sharding", "deepspeed", "DeepSpeed ZeRO keeps its gradients partitioned through accumulation",
      ("hf",)),
+    ("training.sharding", "fsdp", "FSDP loads a 4/8-bit base once, through rank 0's host copy, where DeepSpeed "
+     "ZeRO-3 first loads it whole on every GPU (memory.kbit_load_bytes)", ("hf",)),
 )
 
 
