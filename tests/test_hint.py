@@ -125,3 +125,14 @@ def test_the_json_has_the_hint_and_the_text_prints_it(run_cli):
     none = json.loads(run_cli("solve", SCENARIOS / "14b-lora.yaml", "--json").stdout)
     assert "hint" in none and none["hint"] is None
     assert "Hint:" not in run_cli("solve", SCENARIOS / "14b-lora.yaml").stdout
+
+
+def test_a_hinted_bill_reads_as_the_cost_line_does(tmp_path):
+    """70b-qlora rents in CNY and budgets in USD: its Cost line writes '182.40 CNY (= 26.95 USD)', and the hint
+    writes the fused plan's bill the same way, the offer's currency first (it wrote USD alone)."""
+    result = solve_scenario(SCENARIOS / "70b-qlora.yaml")
+    fused = solve_scenario(_copy(tmp_path, "70b-qlora.yaml", loss="fused")).best
+    h = result.hint
+    assert h is not None and (h["offer_cost"], h["offer_currency"]) == (fused.cost.total, fused.cost.currency)
+    assert h["currency"] != h["offer_currency"]
+    assert h["text"].split(" plans ")[1].startswith(f"{fused.cost.total:,.2f} {fused.cost.currency} (= ")

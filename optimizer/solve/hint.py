@@ -108,7 +108,10 @@ def hint_text(doc: Mapping[str, Any], objective: Objective) -> str:
     """
     better = "cheaper" if objective is Objective.cost else "faster"
     moved = ", ".join(f"{c['field']} {c['to']} (was {c['from']})" for c in doc["changes"])
-    return (f"{doc['setting']}: {doc['value']} ({WHAT}) plans {doc['cost']:,.2f} {doc['currency']}, "
+    bill = f"{doc['cost']:,.2f} {doc['currency']}"
+    if doc["offer_currency"] != doc["currency"]:  # as the Cost line writes a bill: the offer's currency first
+        bill = f"{doc['offer_cost']:,.2f} {doc['offer_currency']} (= {bill})"
+    return (f"{doc['setting']}: {doc['value']} ({WHAT}) plans {bill}, "
             f"{doc['hours']:,.1f} h ({doc['saving']:.1%} {better}): logits {doc['logits_bytes'] / GIB:,.1f} GiB "
             f"instead of {doc['plan_logits_bytes'] / GIB:,.1f} GiB per GPU"
             + (f"; {moved}" if moved else ""))  # fmt: skip
@@ -137,6 +140,8 @@ def hint(space: Space, catalog: Catalog, source: str, limits: Limits, settings: 
     doc: dict[str, Any] = {
         "setting": SETTING, "value": VALUE, "objective": sc.objective.value,
         "cost": round(float(wide.cost_total[j]), 2), "currency": wide.currency,
+        "offer_cost": round(float(wide.cost_total[j]) / wide.fx[int(wide.cand.offer_idx[j])], 2),
+        "offer_currency": wide.offers[int(wide.cand.offer_idx[j])].currency,
         "hours": round(float(wide.cand.time["hours"][j]), 6), "saving": round(gain, 6),
         "logits_bytes": int(wide.cand.mem["logits"][j]), "plan_logits_bytes": int(space.cand.mem["logits"][chosen]),
         "changes": changes(plan_fields(space, chosen), plan_fields(wide, j)),
