@@ -595,7 +595,9 @@ def test_activation_offloading_reaches_every_file_that_has_it():
         settings = launch_settings(sc, plan, cards_per_node=8)
         assert settings["sft_config"]["activation_offloading"] is True
         assert "activation_offloading" not in settings["training_arguments"]
-        assert axolotl_config(sc, plan)["activation_offloading"] == mode
+        ax = axolotl_config(sc, plan)
+        # Axolotl refuses the offloading without gradient_checkpointing (check_activation_offloading_wo_gc)
+        assert ax["activation_offloading"] == mode and ax["gradient_checkpointing"] is True
         said = "llamafactory.yaml: LLaMA-Factory has no activation offloading"
         assert any(n.startswith(said) for n in settings["notes"])
     plain = launch_settings(_scenario("lora"), _plan(zero_stage=2, offload="none"), cards_per_node=8)

@@ -100,10 +100,12 @@ def recompute_keys(scenario: Scenario, plan: Plan) -> dict[str, Any]:
     (hf_args.use_reentrant, from PEFT's launch scripts). ``activation_offloading`` (Axolotl utils/schemas/config.py,
     core/builders/base.py): true is TRL's offloader, which replaces the Trainer's recomputation (a plan without it);
     "hidden_states" keeps the Trainer's checkpointing and offloads the inputs it saves (a plan the Trainer recomputes;
-    under FSDP full fine-tuning FSDP recomputes and the Trainer must not, so that plan takes true).
+    under FSDP full fine-tuning FSDP recomputes and the Trainer must not, so that plan takes true). Axolotl refuses
+    activation_offloading without gradient_checkpointing (utils/schemas/validation.py
+    check_activation_offloading_wo_gc), which its builder then turns off for the offloader: both are set.
     """
     recompute = trainer_recomputes(scenario, plan)
-    keys: dict[str, Any] = {"gradient_checkpointing": recompute}
+    keys: dict[str, Any] = {"gradient_checkpointing": recompute or scenario.training.activation_offload}
     if recompute and scenario.method is not Method.full:
         keys["gradient_checkpointing_kwargs"] = {"use_reentrant": use_reentrant(scenario, plan)}
     if scenario.training.activation_offload:
