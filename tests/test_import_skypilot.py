@@ -16,6 +16,10 @@ from optimizer.solve.validator import check_plan
 from .conftest import REFERENCE, scenario_doc
 
 HEADER = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone"
+# SkyPilot's GCP layout: a VM row (vCPUs, RAM, VM price) and an accelerator row (GPU price) per machine type
+GCP_HEADER = ("InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,"
+              "SpotPrice\n")
+A100_40G_INFO = "{'Gpus': [{'MemoryInfo': {'SizeInMiB': 40960}}]}"  # the GpuInfo of an A100 40 GB accelerator row
 
 
 def gpu_info(name: str, count: int, mib: int) -> str:
@@ -98,10 +102,10 @@ def test_gcp_accelerator_rows_are_priced_with_their_vm(tmp_path):
     # the VM row carries vCPUs, RAM and the VM price; the accelerator row only the GPUs' price (synthetic numbers)
     csv = tmp_path / "gcp.csv"
     csv.write_text(
-        "InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,SpotPrice\n"
-        "a2-highgpu-4g,48.0,340.0,,,,europe-west4,europe-west4-a,3.0,1.0\n"
-        ",,,A100,4,{'Gpus': [{'MemoryInfo': {'SizeInMiB': 40960}}]},europe-west4,europe-west4-a,12.0,6.0\n"
-        ",,,A100,2,{'Gpus': [{'MemoryInfo': {'SizeInMiB': 40960}}]},europe-west4,europe-west4-a,6.0,3.0\n"
+        GCP_HEADER
+        + "a2-highgpu-4g,48.0,340.0,,,,europe-west4,europe-west4-a,3.0,1.0\n"
+        f",,,A100,4,{A100_40G_INFO},europe-west4,europe-west4-a,12.0,6.0\n"
+        f",,,A100,2,{A100_40G_INFO},europe-west4,europe-west4-a,6.0,3.0\n"
     )
     out = tmp_path / "gcp.yaml"
     result = import_file([csv], out, "gcp", as_of=date(2026, 12, 1))
@@ -115,11 +119,11 @@ def test_gcp_accelerator_rows_are_priced_with_their_vm(tmp_path):
 
 def test_gcp_suspect_rows_are_skipped_with_their_reason(tmp_path):
     """Spot at or above on demand, or a second price level under half another region's: not a list price."""
-    gpu = "{'Gpus': [{'MemoryInfo': {'SizeInMiB': 40960}}]}"
+    gpu = A100_40G_INFO
     csv = tmp_path / "gcp.csv"
     csv.write_text(
-        "InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,SpotPrice\n"
-        "a2-highgpu-1g,12.0,85.0,,,,us-central1,us-central1-a,1.0,0.3\n"
+        GCP_HEADER
+        + "a2-highgpu-1g,12.0,85.0,,,,us-central1,us-central1-a,1.0,0.3\n"
         "a2-highgpu-1g,12.0,85.0,,,,us-east1,us-east1-b,1.0,0.3\n"
         "a2-highgpu-1g,12.0,85.0,,,,us-west1,us-west1-b,1.0,0.3\n"
         "a2-highgpu-2g,24.0,170.0,,,,us-west1,us-west1-b,2.0,0.6\n"
@@ -223,11 +227,11 @@ def test_a_value_the_offers_file_cannot_hold_skips_its_row_naming_the_csv_column
 
 
 def test_an_overflowing_price_sets_no_price_level_for_the_other_regions(tmp_path):
-    gpu = "{'Gpus': [{'MemoryInfo': {'SizeInMiB': 40960}}]}"
+    gpu = A100_40G_INFO
     csv = tmp_path / "gcp.csv"
     csv.write_text(
-        "InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,SpotPrice\n"
-        "a2-highgpu-1g,12.0,85.0,,,,us-central1,us-central1-a,1.0,0.3\n"
+        GCP_HEADER
+        + "a2-highgpu-1g,12.0,85.0,,,,us-central1,us-central1-a,1.0,0.3\n"
         "a2-highgpu-1g,12.0,85.0,,,,us-east1,us-east1-b,1.0,0.3\n"
         f",,,A100,1,\"{gpu}\",us-central1,us-central1-a,1e308,\n"
         f",,,A100,1,\"{gpu}\",us-east1,us-east1-b,2.9,1.0\n"

@@ -199,11 +199,7 @@ def builtin_offer_names() -> list[str]:
 
 def builtin_offer_catalogs() -> dict[str, str]:
     """Offer id -> the name of the built-in offers file that holds it (``aws-p5-h100`` -> ``us``)."""
-    out: dict[str, str] = {}
-    for path in default_offer_files():
-        for raw in read_yaml(path).get("offers", []):
-            out.setdefault(str(raw["id"]), path.stem)
-    return out
+    return {offer_id: Path(path).stem for offer_id, path in builtin_offer_ids().items()}
 
 
 def is_builtin_offer_name(name: str | Path) -> bool:

@@ -88,8 +88,8 @@ def axolotl_config(scenario: Scenario, plan: Plan, arch: ModelArch | None = None
             cfg["accelerator_config"] = sync
     if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
         cfg["optimizer"] = hf_optim(scenario, plan)
-        if hf_optim_args(plan) is not None:
-            cfg["optim_args"] = hf_optim_args(plan)
+        if (extra := hf_optim_args(plan)) is not None:
+            cfg["optim_args"] = extra
     return cfg
 
 

@@ -119,8 +119,8 @@ def hf_arguments(scenario: Scenario, plan: Plan) -> dict[str, Any]:
         # with "optimizer" in ds_config.json the Trainer ignores optim (DummyOptim), so printing one would contradict
         # the config: DeepSpeed steps DeepSpeedCPUAdam on the host
         args["optim"] = hf_optim(scenario, plan)
-        if hf_optim_args(plan) is not None:
-            args["optim_args"] = hf_optim_args(plan)
+        if (extra := hf_optim_args(plan)) is not None:
+            args["optim_args"] = extra
     if scenario.training.compile:
         args["torch_compile"] = True  # TrainingArguments torch_compile
     if uses_deepspeed(scenario, plan):

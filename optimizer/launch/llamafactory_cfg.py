@@ -28,13 +28,13 @@ from optimizer.launch.lora_names import lora_names
 # LLaMA-Factory ModelArguments flash_attn: auto | disabled | sdpa | fa2
 FLASH_ATTN = {Attention.flash: "fa2", Attention.sdpa: "sdpa", Attention.eager: "disabled"}
 CONFIG_FILE = "llamafactory.yaml"
-# LLaMA-Factory's packing keeps each sample whole: a greedy knapsack fills cutoff_len rows, pads what is left and drops
-# a sample longer than cutoff_len (llamafactory 0.9.5 data/processor/supervised.py PackedSupervisedDatasetProcessor),
-# where the plan counts samples concatenated and cut into full rows (TRL's wrapped packing, sft_config)
 # LLaMA-Factory 0.9.5 has no activation offloading among its arguments (hparams/*.py)
 LLAMAFACTORY_NO_ACT_OFFLOAD = ("llamafactory.yaml: LLaMA-Factory has no activation offloading, so its run keeps the "
                                "activations this plan offloads on the GPU and may not fit: use the TRL export "
                                "(sft_config activation_offloading) or axolotl.yaml")
+# LLaMA-Factory's packing keeps each sample whole: a greedy knapsack fills cutoff_len rows, pads what is left and drops
+# a sample longer than cutoff_len (llamafactory 0.9.5 data/processor/supervised.py PackedSupervisedDatasetProcessor),
+# where the plan counts samples concatenated and cut into full rows (TRL's wrapped packing, sft_config)
 LLAMAFACTORY_PACKING = ("llamafactory.yaml: LLaMA-Factory packs whole samples into rows of {seq_len} tokens and pads "
                         "the rest (and drops samples longer than that), so its rows hold fewer tokens than the plan's "
                         "and max_steps ends the run before all the data is seen; the TRL export (sft_config) packs as "
@@ -97,8 +97,8 @@ def llamafactory_config(scenario: Scenario, plan: Plan, arch: ModelArch | None =
         cfg["accelerator_config"] = sync
     if not (uses_deepspeed(scenario, plan) and ds_declares_optimizer(plan)):
         cfg["optim"] = hf_optim(scenario, plan)
-        if hf_optim_args(plan) is not None:
-            cfg["optim_args"] = hf_optim_args(plan)
+        if (extra := hf_optim_args(plan)) is not None:
+            cfg["optim_args"] = extra
     return cfg
 
 

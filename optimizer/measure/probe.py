@@ -218,9 +218,8 @@ def kbit_base_bytes(sc: Scenario, arch: ModelArch, calibration: dict[str, Any]) 
     The quantised Linears at the NF4 rate, every other parameter in 16 bits (models/memory.py quantized_params,
     calibration nf4_bytes_per_param).
     """
-    job = make_job(sc, arch, calibration)
-    p_lin = float(memory.quantized_params(job))
-    return p_lin * float(calibration["memory"]["nf4_bytes_per_param"]) + (arch.total_params - p_lin) * 2.0
+    nf4 = float(calibration["memory"]["nf4_bytes_per_param"])  # probe_script quantises to NF4 whatever base_bits says
+    return float(memory.quantised_base_bytes(make_job(sc, arch, calibration), nf4, 2.0))
 
 
 def _packages(cfg: dict[str, Any]) -> list[str]:

@@ -213,13 +213,11 @@ def weight_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
     if job.method is Method.full:
         base = np.zeros(len(cfg))
     else:
-        p_lin = float(quantized_params(job))
         base16 = _field(job, cfg, consts, "frozen_base_bytes")
         if job.base_bits == 16:
             base = job.arch.total_params * base16
         else:
-            kbit = {8: 1.0, 4: float(consts["nf4_bytes_per_param"])}[job.base_bits]
-            base = p_lin * kbit + (job.arch.total_params - p_lin) * _field(job, cfg, consts, "kbit_nonlinear_bytes")
+            base = quantised_base_bytes(job, kbit_rate(job, consts), _field(job, cfg, consts, "kbit_nonlinear_bytes"))
     resident = (base + trained) / split / shard
     return _i64(np.where(z3 & (cfg.offload == _ALL), 0.0, resident))
 
@@ -236,13 +234,26 @@ def kbit_load_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.nda
     context. PEFT's DeepSpeed guide runs ZeRO-3 QLoRA of a 70B model on 80 GB cards; FSDP's
     ``cpu_ram_efficient_loading`` is what fits it on 24 GB ones.
     """
-    deepspeed = job.framework is Framework.hf and job.sharding is Sharding.deepspeed
-    if job.base_bits == 16 or not deepspeed:
+    if job.base_bits == 16:
         return np.zeros(len(cfg), dtype=np.int64)
+    base = quantised_base_bytes(job, kbit_rate(job, consts), _field(job, cfg, consts, "kbit_nonlinear_bytes"))
+    loads_whole = _uses_deepspeed(job, cfg) & (cfg.zero_stage >= 3)
+    return _i64(np.where(loads_whole, base + float(consts["context_bytes"]), 0.0))
+
+
+def kbit_rate(job: Job, consts: Mapping[str, Any]) -> float:
+    """Bytes per quantised parameter of the job's 4/8-bit base: 1 (8-bit), or the NF4 rate ``nf4_bytes_per_param``."""
+    return {8: 1.0, 4: float(consts["nf4_bytes_per_param"])}[job.base_bits]
+
+
+def quantised_base_bytes(job: Job, kbit: float, nonlinear: float | np.ndarray) -> float | np.ndarray:
+    """A whole 4/8-bit base, unsharded: P_lin x ``kbit`` + (P - P_lin) x ``nonlinear`` bytes.
+
+    P_lin the quantised Linears (:func:`quantized_params`); every other parameter (embeddings, norms, the output
+    layer, an MoE's routed experts) at ``nonlinear`` bytes, a float or one per row.
+    """
     p_lin = float(quantized_params(job))
-    kbit = {8: 1.0, 4: float(consts["nf4_bytes_per_param"])}[job.base_bits]
-    base = p_lin * kbit + (job.arch.total_params - p_lin) * _field(job, cfg, consts, "kbit_nonlinear_bytes")
-    return _i64(np.where(cfg.zero_stage >= 3, base + float(consts["context_bytes"]), 0.0))
+    return p_lin * kbit + (job.arch.total_params - p_lin) * nonlinear
 
 
 def holds_unsharded_gradients(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:

@@ -251,8 +251,9 @@ def fit_advice(fits: list[WideFit], space: Space, catalog: Catalog, limits: Limi
                                        if catalog.offer_files else "")  # fmt: skip
     pin, offer_pin, parts = [], [], []
     away: dict[tuple[tuple[str, ...], bool], list[str]] = {}
-    for f in sorted(fits, key=lambda f: not admitted(space, limits, f.gpu)):
-        ok = admitted(space, limits, f.gpu)
+    allowed = {f.gpu: admitted(space, limits, f.gpu) for f in fits}
+    for f in sorted(fits, key=lambda f: not allowed[f.gpu]):
+        ok = allowed[f.gpu]
         if f.offers & own:
             (offer_pin if ok else pin).append(f.gpu)
             continue

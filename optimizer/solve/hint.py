@@ -17,11 +17,10 @@ from typing import Any
 
 from optimizer.inputs.catalog import Catalog
 from optimizer.inputs.schema import Framework, Loss, Objective, Scenario
-from optimizer.models.configs import CHECKPOINTING, OFFLOAD
 from optimizer.models.engines import fused_loss_refusal
 from optimizer.solve.explain import solve_with_setting, with_setting
 from optimizer.solve.solver import Limits, SolverSettings
-from optimizer.solve.space import Space
+from optimizer.solve.space import Space, row_plan
 
 SETTING, VALUE = "training.loss", "fused"
 WHAT = "Liger's fused linear cross-entropy; pip install liger-kernel"
@@ -82,12 +81,9 @@ def saving(before: float, after: float) -> float:
 
 
 def plan_fields(space: Space, i: int) -> dict[str, Any]:
-    """Row ``i``'s :data:`FIELDS`, as the plan writes them."""
-    c = space.cand
-    return {"gpu": space.offers[int(c.offer_idx[i])].gpu, "cards": int(c.cards[i]), "tp": int(c.cfg.tp[i]),
-            "pp": int(c.cfg.pp[i]), "zero_stage": int(c.cfg.zero_stage[i]), "offload": OFFLOAD[int(c.cfg.offload[i])],
-            "micro_batch": int(c.cfg.micro_batch[i]),
-            "checkpointing": CHECKPOINTING[int(c.cfg.checkpointing[i])]}  # fmt: skip
+    """Row ``i``'s :data:`FIELDS`, as the plan writes them (space.row_plan)."""
+    plan = row_plan(space, i)
+    return {k: getattr(plan, k) for k in FIELDS}
 
 
 def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:

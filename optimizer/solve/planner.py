@@ -29,14 +29,12 @@ from optimizer.inputs.catalog import (
 )
 from optimizer.inputs.errors import InputError, SolverLimitError, did_you_mean
 from optimizer.inputs.schema import Budget, Objective, PlanPins, Scenario, Status
-from optimizer.inputs.schema_plan import CalibrationUse, CostReport, Estimate, MemoryReport, Plan, RiskUse, TimeReport
+from optimizer.inputs.schema_plan import CalibrationUse, CostReport, Estimate, MemoryReport, RiskUse, TimeReport
 from optimizer.inputs.yamlio import validate, validate_value
 from optimizer.launch import launch_settings
 from optimizer.launch.lora_names import expert_dropout_problem
 from optimizer.models import cost, hosts
 from optimizer.models import coverage as cov
-from optimizer.models.attention import attention_on
-from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION
 from optimizer.models.engines import engine_key
 from optimizer.models.overlay import LoadedOverlay, group_accuracy, load_overlay, usage
 from optimizer.models.uncertainty import band, memory_cell, memory_risk_ratio
@@ -46,7 +44,7 @@ from optimizer.solve.dominance import allowed, nondominated, relevant
 from optimizer.solve.explain import Relaxation, check_pins, explain, pin_problem
 from optimizer.solve.offer_facts import offer_report, spot_report
 from optimizer.solve.solver import Limits, Outcome, SolverSettings, cents, limits_from, seconds, solve
-from optimizer.solve.space import MAX_JOB_HOURS, Space, bill_rows, build, enumerate_all, report_currency
+from optimizer.solve.space import MAX_JOB_HOURS, Space, bill_rows, build, enumerate_all, report_currency, row_plan
 
 
 @dataclass
@@ -202,28 +200,7 @@ def to_estimate(space: Space, i: int, status: Status) -> Estimate:
     offer = space.offers[int(c.offer_idx[i])]
     b = space.bills[i]
     mem = c.mem
-    plan = Plan(
-        gpu=offer.gpu,
-        offer=offer.id,
-        cards=int(c.cards[i]),
-        nodes=int(c.nodes[i]),
-        tp=int(c.cfg.tp[i]),
-        pp=int(c.cfg.pp[i]),
-        dp=int(c.cfg.dp[i]),
-        virtual_pipeline=int(c.time["pipeline_chunks"][i]),
-        zero_stage=int(c.cfg.zero_stage[i]),
-        shard_group=int(c.cfg.shard_ranks[i]) if bool(c.cfg.hybrid[i]) else None,
-        offload=OFFLOAD[int(c.cfg.offload[i])],
-        micro_batch=int(c.cfg.micro_batch[i]),
-        grad_accum=int(c.cfg.grad_accum[i]),
-        precision=PRECISION[int(c.cfg.precision[i])],
-        optimizer=OPTIMIZER[int(c.cfg.optimizer[i])],
-        checkpointing=CHECKPOINTING[int(c.cfg.checkpointing[i])],
-        term=b.term,
-        billed_units=b.units,
-        attention=attention_on(space.gpus[int(c.offer_idx[i])], space.scenario.training.attention),
-        capacity=hosts.CAPACITY[int(c.capacity[i])],
-    )
+    plan = row_plan(space, i)
     capacity = int(c.hw.capacity_bytes[i])
     facts = offer_report(space, i, b.units)
     need, ram_ok = host_ram(space, i)

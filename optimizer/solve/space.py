@@ -27,9 +27,11 @@ from optimizer.inputs.catalog import Catalog
 from optimizer.inputs.errors import InputError, SolverLimitError, did_you_mean
 from optimizer.inputs.schema import Checkpointing, Offload, Precision, Scenario, Term
 from optimizer.inputs.schema_catalog import Gpu, Offer
+from optimizer.inputs.schema_plan import Plan
 from optimizer.launch.torchtune_cfg import qlora_refusal
 from optimizer.models import cost, engines, hosts, memory, timing
 from optimizer.models import coverage as cov
+from optimizer.models.attention import attention_on
 from optimizer.models.configs import CHECKPOINTING, OFFLOAD, OPTIMIZER, PRECISION, Configs, Hardware, Job, column
 from optimizer.models.engines import (
     Capabilities,
@@ -158,6 +160,35 @@ class Space:
 
 
 # ------------------------------------------------------------------------------------------------ job and offers
+
+
+def row_plan(space: Space, i: int) -> Plan:
+    """Candidate ``i`` of the space as the plan the JSON contract writes (planner.to_estimate; hint's fields)."""
+    c = space.cand
+    offer = space.offers[int(c.offer_idx[i])]
+    b = space.bills[i]
+    return Plan(
+        gpu=offer.gpu,
+        offer=offer.id,
+        cards=int(c.cards[i]),
+        nodes=int(c.nodes[i]),
+        tp=int(c.cfg.tp[i]),
+        pp=int(c.cfg.pp[i]),
+        dp=int(c.cfg.dp[i]),
+        virtual_pipeline=int(c.time["pipeline_chunks"][i]),
+        zero_stage=int(c.cfg.zero_stage[i]),
+        shard_group=int(c.cfg.shard_ranks[i]) if bool(c.cfg.hybrid[i]) else None,
+        offload=OFFLOAD[int(c.cfg.offload[i])],
+        micro_batch=int(c.cfg.micro_batch[i]),
+        grad_accum=int(c.cfg.grad_accum[i]),
+        precision=PRECISION[int(c.cfg.precision[i])],
+        optimizer=OPTIMIZER[int(c.cfg.optimizer[i])],
+        checkpointing=CHECKPOINTING[int(c.cfg.checkpointing[i])],
+        term=b.term,
+        billed_units=b.units,
+        attention=attention_on(space.gpus[int(c.offer_idx[i])], space.scenario.training.attention),
+        capacity=hosts.CAPACITY[int(c.capacity[i])],
+    )
 
 
 def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any]) -> Job:
