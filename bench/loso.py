@@ -51,12 +51,13 @@ from optimizer.solve import planner, space  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "reference"
 CASE_FILES = (DATA / "throughput_cases.yaml", DATA / "throughput_cases_2.yaml", DATA / "throughput_cases_3.yaml",
-              DATA / "throughput_cases_4.yaml")
+              DATA / "throughput_cases_4.yaml", DATA / "throughput_cases_5.yaml")
 # (pattern in the case's ``source``, source name), first match wins
 SOURCES = (
     ("llm-foundry", "llm-foundry"),
     ("torchtune", "torchtune"),
     ("2101.06840", "zero-offload"),
+    ("nv-adlr", "megatron-adlr"),
     ("torchtitan", "torchtitan"),
     ("Megatron-LM", "megatron-lm"),
     ("fms-fsdp", "fms-fsdp"),
@@ -163,11 +164,15 @@ def published_tokens_per_second_per_gpu(case: dict[str, Any]) -> float:
     """Published tokens/s per GPU; from Megatron-style model TFLOP/s where that is all the case gives.
 
     The ZeRO-Offload case (Megatron-LM GPT-2 with checkpointing) publishes TFLOP/s only: Megatron's count
-    96 L h^2 (1 + s/6h + V/16Lh) per token includes the recomputed forward (Narayanan et al. 2021, eq. 3).
+    96 L h^2 (1 + s/6h + V/16Lh) per token includes the recomputed forward (Narayanan et al. 2021, eq. 3). A case
+    whose source shows its own count per token (``model_flops_per_token``, from a published time and TFLOP/s of the
+    same run) is converted with that count instead.
     """
     measured = case["measured"]
     if "tokens_per_second_per_gpu" in measured:
         return float(measured["tokens_per_second_per_gpu"])
+    if "model_flops_per_token" in measured:
+        return float(measured["model_tflops_per_gpu"]) * 1e12 / float(measured["model_flops_per_token"])
     sc = case["scenario"]
     m = sc["model"]
     layers, h, s, v = m["layers"], m["hidden"], sc["seq_len"], m["vocab"]
@@ -595,7 +600,7 @@ def accuracy_section(memory: dict[str, Any], time: dict[str, Any]) -> str:
         "    cell_high:" + ("" if memory["memory_coverage"]["cell_high"] else " {}"),
         *[f"      {c}: {_flow(v)}" for c, v in memory["memory_coverage"]["cell_high"].items()],
         "  # time: predicted / published tokens/s (= real / predicted compute time) of every scored case of",
-        "  #   throughput_cases.yaml, _2 and _3, each predicted with constants fitted on the OTHER",
+        "  #   throughput_cases.yaml to _5, each predicted with constants fitted on the OTHER",
         "  #   sources (leave-one-source-out, bench/loso.py); time_groups: the same per group of plans (first match).",
         f"  time: {_flow(time['time'])}",
         "  time_groups:",

@@ -68,3 +68,11 @@ def test_the_v100_pcie_card_is_timed_at_its_own_peak(catalog, write_scenario):
     # same model FLOPs per step; the step's compute share scales with the peak: slower on the PCIe card
     assert b.time.step_seconds > a.time.step_seconds
     assert b.time.step_seconds / a.time.step_seconds == pytest.approx(125 / 112, rel=0.12)
+
+
+def test_the_dgx2h_v100_has_the_peak_megatron_lms_posts_measured_against(catalog):
+    # 39 TFLOP/s is "30%" and 62.4 "48% of the theoretical peak FLOPS for a single GPU in a DGX2-H server"; the card
+    # is there for those reference runs only, so no offer rents it
+    card = catalog.gpus["V100-SXM3-32G-H"]
+    assert card.arch == "volta" and card.fp16_tflops == pytest.approx(39 / 0.30, abs=0.5) == pytest.approx(62.4 / 0.48)
+    assert card.tdp_w is None and not any(o.gpu == card.id for o in catalog.offers)

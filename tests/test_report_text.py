@@ -5,6 +5,7 @@ the plan it bounds (QA review of the report text)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import yaml
@@ -161,7 +162,10 @@ def test_no_plan_reasons_name_the_limits_when_candidates_exist(tmp_path):
     # a budget that only the cheapest GPU type meets: the others have candidates but none within the limits
     doc = yaml.safe_load((REPO / "scenarios" / "7b-lora.yaml").read_text(encoding="utf-8"))
     first = solve_scenario(REPO / "scenarios" / "7b-lora.yaml")
-    doc["budget"] = {"amount": round(first.best.cost.total * 1.001, 2), "currency": first.best.cost.currency}
+    # rounded up: the total is to the cent, and total x 1.001 rounded to the cent can fall back under the unrounded
+    # bill the solver compares (7b-lora: 4.46 USD -> a budget of 4.46, infeasible)
+    budget = math.ceil(first.best.cost.total * 1.001 * 100) / 100
+    doc["budget"] = {"amount": budget, "currency": first.best.cost.currency}
     doc["allow"] = {"gpus": [first.best.plan.gpu, *sorted({a.plan.gpu for a in first.alternatives})[:2]]}
     path = tmp_path / "tight.yaml"
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")

@@ -44,7 +44,7 @@ class Gpu(Strict):
     pcie_gen: Int = Field(ge=1, le=7)
     pcie_gb_per_s: PositiveFloat
     cards_per_node: Int = Field(ge=1, le=1024)
-    tdp_w: PositiveFloat
+    tdp_w: PositiveFloat | None = None  # board power; None where no source gives the card's own
     source: str = Field(min_length=3)
     as_of: date
     notes: str | None = None
