@@ -51,13 +51,14 @@ from optimizer.solve import planner, space  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "reference"
 CASE_FILES = (DATA / "throughput_cases.yaml", DATA / "throughput_cases_2.yaml", DATA / "throughput_cases_3.yaml",
-              DATA / "throughput_cases_4.yaml", DATA / "throughput_cases_5.yaml")
+              DATA / "throughput_cases_4.yaml", DATA / "throughput_cases_5.yaml", DATA / "throughput_cases_6.yaml")
 # (pattern in the case's ``source``, source name), first match wins
 SOURCES = (
     ("llm-foundry", "llm-foundry"),
     ("torchtune", "torchtune"),
     ("2101.06840", "zero-offload"),
     ("nv-adlr", "megatron-adlr"),
+    ("fsdp_qlora", "fsdp-qlora"),
     ("torchtitan", "torchtitan"),
     ("Megatron-LM", "megatron-lm"),
     ("fms-fsdp", "fms-fsdp"),

@@ -165,11 +165,12 @@ def test_every_stored_ceiling_is_below_the_achievable_matmul_rate(catalog):
 
 
 def test_a_plan_without_peer_to_peer_gets_the_band_of_the_runs_without_it(tmp_path, catalog, run_cli):
-    # The only runs on record without P2P (torchtune's Llama-2-7B FSDP on 2 and 4 x RTX 4090) ran 1.77x and 1.93x
-    # the held-out prediction: a plan whose collectives go through host memory gets that band, covered cell or not.
+    # The runs on record without P2P: torchtune's Llama-2-7B FSDP on 2 and 4 x RTX 4090 ran 1.77x and 1.93x the
+    # held-out prediction, Answer.AI's eleven rows on 2 x RTX 4090 0.68-1.15x; a plan whose collectives go through
+    # host memory gets the band of all thirteen (0.71-1.645x) where it is wider than its own, covered cell or not.
     acc = catalog.calibration["accuracy"]
     regime = acc["time_coverage"]["no_p2p"]
-    assert regime["cases"] == 2 and regime["ratio_p90"] > 1.5
+    assert regime["cases"] == 13 and regime["ratio_p90"] > 1.5
     group = time_band(acc, "torchtune", "bf16", 1)
     assert regime["ratio_p90"] > group["ratio_p90"]
     covered = "ada/torchtune/full/zero3/none/one-node-no-p2p"
@@ -182,7 +183,7 @@ def test_a_plan_without_peer_to_peer_gets_the_band_of_the_runs_without_it(tmp_pa
     scenario = REPO / "scenarios" / "8b-full-torchtune.yaml"
     rtx = estimate_scenario(scenario, pins).uncertainty.time
     assert rtx.published_run_like_this is True and rtx.no_peer_to_peer is True
-    assert rtx.ratio_p90 >= regime["ratio_p90"] and rtx.ratio_p10 == group["ratio_p10"]
+    assert rtx.ratio_p90 >= regime["ratio_p90"] and rtx.ratio_p10 == min(group["ratio_p10"], regime["ratio_p10"])
     l40s = estimate_scenario(scenario, {**pins, "gpu": "L40S"}).uncertainty.time  # P2P: not in the regime
     assert l40s.no_peer_to_peer is False and l40s.ratio_p90 < regime["ratio_p90"]
     one = estimate_scenario(scenario, {**pins, "cards": 1, "zero_stage": 0}).uncertainty.time  # nothing between cards

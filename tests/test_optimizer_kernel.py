@@ -121,10 +121,11 @@ def test_launch_files_ask_for_the_scenarios_kernel(kernel, optim, fused):
 
 # Sources whose code, at the commit the run used, built torch.optim.AdamW without ``fused`` (torch's foreach default):
 # torchtune's README tables of April and May 2024 (configs before ``fused: True`` of 2024-09-14), PEFT's MetaMathQA
-# loop, torchtitan before 2025 (``foreach=True``, then ``--optimizer.fused`` false by default) and fms-fsdp.
+# loop, torchtitan before 2025 (``foreach=True``, then ``--optimizer.fused`` false by default), fms-fsdp and Answer.AI's
+# fsdp_qlora train.py (``torch.optim.AdamW(..., betas=(0.9,0.95), eps=1e-5, weight_decay=...)``, get_optimizer@50efa1e).
 FOREACH_SOURCES = ("0217d44c2", "fef3ed10d", "huggingface/peft:method_comparison",
                    "torchtitan:docs/performance.md@157a12c56", "torchtitan:docs/performance.md@3faaa1a0d",
-                   "llama3_h100_202412_torchtitan.md@820504e20", "fms-fsdp:README.md@4ffb9bd")
+                   "llama3_h100_202412_torchtitan.md@820504e20", "fms-fsdp:README.md@4ffb9bd", "fsdp_qlora")
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in REFERENCE.glob("*_cases*.yaml")))

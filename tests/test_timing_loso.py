@@ -202,3 +202,11 @@ def test_the_constants_table_of_the_doc_quotes_the_fitted_values(consts):
               f"fitted ({consts['saturation_tokens']:.0f}), prior 1024",
               f"fitted ({consts['link_efficiency']['host']:g}), prior 0.35"]  # fmt: skip
     assert [q for q in quoted if q not in text] == []
+
+
+def test_the_held_out_source_is_scored_and_never_fitted(rows):
+    # Answer.AI's FSDP+QLoRA benchmarks are kept aside to check the model (issue 21): every run is predicted, none
+    # enters a fit, so calibration.yaml's constants are those of the other sources (test above)
+    held = [r for r in rows if r.case.source == "fsdp-qlora"]
+    assert len(held) == 17 and not any(r.case.fit for r in held)
+    assert all(r.case.kind == "measured" and r.predicted > 0 for r in held)

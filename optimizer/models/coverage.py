@@ -122,8 +122,9 @@ def no_p2p_band(accuracy: Mapping[str, Any], plan_cell: str | None) -> Mapping[s
 
     ``accuracy.time_coverage.no_p2p``, for a plan whose cell has the scale ``-no-p2p`` (:func:`staged`); None for
     any other plan or without that band. Such a plan gets the wider of its own band and this one, whether or not
-    its own cell is covered: the two runs on record of the regime (torchtune's Llama-2-7B FSDP rows on 2 and 4 x
-    RTX 4090) ran 1.77x and 1.93x the step time the model predicts for them without their source, far beyond any
+    its own cell is covered: of the thirteen runs on record of the regime, torchtune's Llama-2-7B FSDP rows on 2 and
+    4 x RTX 4090 ran 1.77x and 1.93x the step time the model predicts for them without their source, and Answer.AI's
+    eleven FSDP+QLoRA rows on 2 x RTX 4090 0.68x-1.15x (docs/time-model.md section 3): a spread wider than any
     group's band, so a plan in the regime is not known to better than that.
     """
     if plan_cell is None or not plan_cell.endswith("-no-p2p"):
