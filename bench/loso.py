@@ -601,7 +601,7 @@ def accuracy_section(memory: dict[str, Any], time: dict[str, Any]) -> str:
         "    cell_high:" + ("" if memory["memory_coverage"]["cell_high"] else " {}"),
         *[f"      {c}: {_flow(v)}" for c, v in memory["memory_coverage"]["cell_high"].items()],
         "  # time: predicted / published tokens/s (= real / predicted compute time) of every scored case of",
-        "  #   throughput_cases.yaml to _5, each predicted with constants fitted on the OTHER",
+        "  #   throughput_cases.yaml to _6, each predicted with constants fitted on the OTHER",
         "  #   sources (leave-one-source-out, bench/loso.py); time_groups: the same per group of plans (first match).",
         f"  time: {_flow(time['time'])}",
         "  time_groups:",

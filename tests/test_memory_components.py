@@ -11,7 +11,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from optimizer.inputs.schema import Offload
 from optimizer.models import activations, memory
+from optimizer.models.configs import OFFLOAD
 from tests.memory_builders import LLAMA2_7B, LLAMA31_8B, LLAMA32_3B, cfg, consts, job
 
 P7 = LLAMA2_7B.total_params  # 6,738,415,616
@@ -274,3 +276,22 @@ def test_a_4_bit_base_loads_whole_on_each_gpu_under_deepspeed_zero3_only():
     assert 3.0 < (load[0] - consts()["context_bytes"]) / 2**30 < 4.5  # Llama-2-7B in NF4
     assert not memory.kbit_load_bytes(job(LLAMA2_7B, "qlora", sharding="fsdp"), z3, consts()).any()
     assert not memory.kbit_load_bytes(job(LLAMA2_7B, "lora"), z3, consts()).any()
+
+
+def test_fsdp_keeps_the_whole_bitsandbytes_quant_state_on_every_gpu():
+    # Params4bit.quant_state is not parameter data: FSDP shards and offloads the packed 4-bit weights only, so each of
+    # the 2 ranks holds every absmax (P_lin x 0.0159 B), with the weights offloaded too; torchao shards its scalers
+    qlora = job(method="qlora", framework="hf", sharding="fsdp")
+    all_, none = OFFLOAD.index(Offload.all), OFFLOAD.index(Offload.none)
+    c = cfg(n=3, dp=2, zero=np.array([3, 3, 0]), offload=np.array([all_, none, none]))
+    p_lin = float(memory.quantized_params(qlora))
+    state = p_lin * (consts()["nf4_bytes_per_param"] - 0.5)
+    whole = float(memory.quantised_base_bytes(qlora, consts()["nf4_bytes_per_param"], 2.0))  # hf_fsdp: bf16 storage
+    adapters = float(memory.trainable_params(qlora)) * 4.0  # hf_fsdp fp32 adapters
+    got = memory.weight_bytes(qlora, c, consts())
+    assert got[0] == pytest.approx(state, rel=1e-6)  # offloaded: only the replicated state stays
+    assert got[1] == pytest.approx((whole - state + adapters) / 2 + state, rel=1e-6)
+    ddp = float(memory.quantised_base_bytes(qlora, consts()["nf4_bytes_per_param"], 4.0))  # hf: PEFT's fp32 casts
+    assert got[2] == pytest.approx(ddp + adapters, rel=1e-6)  # stage 0: every byte whole on each GPU anyway
+    torchao = job(method="qlora", framework="torchtune", sharding="fsdp")
+    assert memory.replicated_quant_state_bytes(torchao, c, consts()).tolist() == [0.0, 0.0, 0.0]

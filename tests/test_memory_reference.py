@@ -44,9 +44,6 @@ KNOWN_GAPS = {
     "mem-tt-llama2-7b-lora-2x4090-alpaca": "reserved peak above the same recipe on one GPU (17.18 GB): FSDP1 "
     "sync_module_states start-up whose broadcast buffers NCCL recordStream kept alive (pytorch/torchtune PR #843, "
     "opened 2024-04-22, after this table, and merged: '78G instead of 23G'); whole bf16 model + shard = 21.0 GB",
-    "mem-peft-llama2-70b-qlora-fsdp-cpu-offload-2x24g": "the doc's own caveat: 'GPU Memory saving when using CPU "
-    "Offloading is untested' (huggingface/peft:docs/source/accelerate/fsdp.md); the run saves 16 GB against the "
-    "no-offload run where offloading the sharded states would save 19 GB, and no stated setting explains it",
     "h-mem-34-qwen-14b-qlora-gptq-s8192": "over, the safe side: at 8192 tokens the 16-bit logits of Qwen-1's "
     "152k vocabulary dominate the prediction (13.9 GiB) while the measured total is 27.9 GB; the 256-token row of "
     "the same run is within 9%",

@@ -218,8 +218,30 @@ def weight_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
             base = job.arch.total_params * base16
         else:
             base = quantised_base_bytes(job, kbit_rate(job, consts), _field(job, cfg, consts, "kbit_nonlinear_bytes"))
-    resident = (base + trained) / split / shard
-    return _i64(np.where(z3 & (cfg.offload == _ALL), 0.0, resident))
+    state = replicated_quant_state_bytes(job, cfg, consts)  # whole on every rank: out of the sharded share
+    resident = (base - state + trained) / split / shard
+    return _i64(np.where(z3 & (cfg.offload == _ALL), 0.0, resident) + state / split)
+
+
+def replicated_quant_state_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
+    """A 4-bit base's quantisation statistics kept whole on every GPU under FSDP, bytes before the t p split, (n,).
+
+    0 for every other row.
+
+    bitsandbytes keeps each ``Params4bit``'s ``quant_state`` (the absmax of every 64 weights, 8-bit under double
+    quantisation, and its second-level fp32 scales) as an attribute of the parameter, outside its data. FSDP
+    flattens, shards and CPU-offloads only parameters and buffers (Answer.AI's fsdp_qlora train.py@50efa1e
+    ``load_and_quantize``: "FSDP only syncs parameters and buffers, so the quant_state isn't copied", so every rank
+    quantises to build its own), so each rank holds the whole state on its GPU: P_lin x (NF4 rate - 0.5) =
+    P_lin x 0.0159 B, about 1.1 GB for a 70B model, under ZeRO-3 (FSDP full sharding) with or without offload.
+    Kernels: calibration ``kbit_replicated_state_kernels`` (bitsandbytes; torchao's NF4Tensor shards its scalers
+    with the weight under FSDP2); engines that shard with FSDP (hf_fsdp).
+    """
+    kernel = job.quant_kernel or consts.get("quant_kernel", {}).get(job.framework.value)
+    if job.base_bits != 4 or kernel not in consts.get("kbit_replicated_state_kernels", ()):
+        return np.zeros(len(cfg))
+    state = float(quantized_params(job)) * (float(consts["nf4_bytes_per_param"]) - 0.5)
+    return np.where(_uses_fsdp(job, cfg) & (cfg.zero_stage >= 3), state, 0.0)
 
 
 def kbit_load_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarray:
