@@ -856,6 +856,10 @@ MUTATIONS: list[Mutation] = [
        r"    return np\.where\(_uses_fsdp\(job, cfg\) & \(cfg\.zero_stage >= 3\), state, 0\.0\)",
        "    return np.zeros(len(cfg))", ["tests/test_memory_components.py"],
        "FSDP QLoRA shards and offloads bitsandbytes' absmax with the weights: 1.1 GB per GPU missing for a 70B"),
+    _m("fsdp-root-resharded", "memory", MEM,
+       r'    root = 2\.0 \* \(a\.embedding_params \+ a\.hidden\) if root_kept else 0\.0',
+       "    root = 0.0", ["tests/test_memory_components.py"],
+       "hf_fsdp frees its root unit after forward: the 16-bit embeddings and head (1 GB at 70B) missing at the peak"),
 ]
 
 

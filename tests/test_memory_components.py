@@ -295,3 +295,20 @@ def test_fsdp_keeps_the_whole_bitsandbytes_quant_state_on_every_gpu():
     assert got[2] == pytest.approx(ddp + adapters, rel=1e-6)  # stage 0: every byte whole on each GPU anyway
     torchao = job(method="qlora", framework="torchtune", sharding="fsdp")
     assert memory.replicated_quant_state_bytes(torchao, c, consts()).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_hf_fsdp_keeps_its_root_unit_unsharded_through_the_peak():
+    # FSDP does not reshard the root after forward; under a decoder-layer auto-wrap the root holds the 16-bit
+    # embeddings, head and final norm, whole on every GPU even for a 4-bit base; torchtune shards embeddings and
+    # output as units of their own, so its largest unit stays max(P_layer, V h)
+    a = LLAMA2_7B
+    c = cfg(n=1, dp=2, zero=3)
+    live = consts()["fsdp_live_units"]
+    qlora = job(method="qlora", framework="hf", sharding="fsdp")
+    root = 2.0 * (a.embedding_params + a.hidden)
+    w = consts()["nf4_bytes_per_param"]
+    expected = live * w * a.layer_params + root
+    assert memory.zero3_gathered_bytes(qlora, c, consts())[0] == pytest.approx(expected, abs=1)
+    tune = job(method="qlora", framework="torchtune", sharding="fsdp")
+    expected = live * w * max(a.layer_params, a.vocab * a.hidden)
+    assert memory.zero3_gathered_bytes(tune, c, consts())[0] == pytest.approx(expected, abs=1)

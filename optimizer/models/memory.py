@@ -378,6 +378,13 @@ def zero3_gathered_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> n
     and the one prefetched; PyTorch FSDP backward_prefetch), w = 2 B (16-bit) or the NF4 rate for a 4-bit base
     stored as bf16 words, and g = 2 B for one unit's unsharded gradients before reduce-scatter (full fine-tuning
     only: a frozen base has none). 0 below stage 3.
+    Engines in ``fsdp_unsharded_root_engines`` (hf_fsdp) wrap only the decoder layers, so the root unit holds the
+    embeddings, the output head and the final norm, and FSDP keeps the root unsharded from its forward to its
+    backward (FSDP1 ``_post_forward_reshard``: "Do not free the root's parameters in the post-forward"; FSDP2
+    ``_lazy_init`` sets the root's ``post_forward_mesh_info = None``): u x w x P_layer + 2 B x (embeddings + h) + g x
+    max(P_layer, V h). The root is 16-bit even for a 4-bit base (embeddings and head are never quantised).
+    torchtune shards ``tok_embeddings`` and ``output`` as units of their own (``custom_sharded_layers``), so its root
+    holds only the norm and the largest unit is max(P_layer, V h).
     FSDP with pipeline parallelism (p > 1) keeps the whole stage unsharded: torchtitan shards each block with
     ``reshard_after_forward=False`` under PP ("do not reshard after forward to avoid per-microbatch all-gathers",
     pytorch/torchtitan torchtitan/parallelisms/parallelize_llama.py apply_fsdp@9dec370), and the pipeline schedule
@@ -390,7 +397,11 @@ def zero3_gathered_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> n
     ds = 4.0 * largest_module_params(job)
     w = float(consts["nf4_bytes_per_param"]) if job.base_bits == 4 else 2.0
     grad_unit = 2.0 if job.method is Method.full else 0.0  # a frozen base has no gradients to reduce-scatter
-    fsdp = (float(consts["fsdp_live_units"]) * w + grad_unit) * max(a.layer_params, a.vocab * a.hidden)
+    engine = f"hf_{job.sharding.value}" if job.framework is Framework.hf else job.framework.value
+    root_kept = engine in consts.get("fsdp_unsharded_root_engines", ())
+    root = 2.0 * (a.embedding_params + a.hidden) if root_kept else 0.0  # 16-bit embeddings, head, final norm
+    unit = a.layer_params if root_kept else max(a.layer_params, a.vocab * a.hidden)
+    fsdp = float(consts["fsdp_live_units"]) * w * unit + root + grad_unit * max(a.layer_params, a.vocab * a.hidden)
     g16 = _state_bytes(job, cfg, consts)["grad16"] if job.method is Method.full else np.zeros(len(cfg))
     stage = (w + g16) * a.total_params / _f(cfg.pp)  # a whole pipeline stage, unsharded, with accumulated grads
     fsdp = np.where((cfg.pp > 1) & _uses_fsdp(job, cfg), np.maximum(fsdp, stage), fsdp)
