@@ -107,6 +107,16 @@ def _group_widths(job: Job) -> list[tuple[set[str], int]]:
     return [(names, widths[key]) for names, key in _INPUT_GROUPS]
 
 
+
+def quant_kernel(job: Job, consts: Mapping[str, Any]) -> str | None:
+    """The library of the job's k-bit base Linears, or None where nothing names one.
+
+    ``training.quant_kernel``, else the engine's calibration ``quant_kernel`` (bitsandbytes under hf, torchao under
+    torchtune).
+    """
+    return job.quant_kernel or consts.get("quant_kernel", {}).get(job.framework.value)
+
+
 def kbit_saved_inputs(job: Job, consts: Mapping[str, Any]) -> float:
     """Bytes per token per layer that a k-bit base's Linears save for backward beyond what is saved already.
 
@@ -124,8 +134,7 @@ def kbit_saved_inputs(job: Job, consts: Mapping[str, Any]) -> float:
     """
     if job.base_bits >= 16:
         return 0.0
-    kernel = job.quant_kernel or consts.get("quant_kernel", {}).get(job.framework.value)
-    if kernel not in consts.get("kbit_input_saving_kernels", []):
+    if quant_kernel(job, consts) not in consts.get("kbit_input_saving_kernels", []):
         return 0.0
     t = _targets(job)
     fresh = [(names, width) for names, width in _group_widths(job) if "o_proj" not in names]

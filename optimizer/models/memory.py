@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from optimizer.inputs.schema import Framework, Method, Offload, OptimizerName, Precision, Sharding
-from optimizer.models.activations import _f, _i64, _targets, activation_bytes, logits_bytes
+from optimizer.models.activations import _f, _i64, _targets, activation_bytes, logits_bytes, quant_kernel
 from optimizer.models.configs import OFFLOAD, OPTIMIZER, PRECISION, Configs, Job
 
 GIB = 2**30
@@ -237,8 +237,7 @@ def replicated_quant_state_bytes(job: Job, cfg: Configs, consts: Mapping[str, An
     Kernels: calibration ``kbit_replicated_state_kernels`` (bitsandbytes; torchao's NF4Tensor shards its scalers
     with the weight under FSDP2); engines that shard with FSDP (hf_fsdp).
     """
-    kernel = job.quant_kernel or consts.get("quant_kernel", {}).get(job.framework.value)
-    if job.base_bits != 4 or kernel not in consts.get("kbit_replicated_state_kernels", ()):
+    if job.base_bits != 4 or quant_kernel(job, consts) not in consts.get("kbit_replicated_state_kernels", ()):
         return np.zeros(len(cfg))
     state = float(quantized_params(job)) * (float(consts["nf4_bytes_per_param"]) - 0.5)
     return np.where(_uses_fsdp(job, cfg) & (cfg.zero_stage >= 3), state, 0.0)
@@ -397,11 +396,11 @@ def zero3_gathered_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> n
     ds = 4.0 * largest_module_params(job)
     w = float(consts["nf4_bytes_per_param"]) if job.base_bits == 4 else 2.0
     grad_unit = 2.0 if job.method is Method.full else 0.0  # a frozen base has no gradients to reduce-scatter
-    engine = f"hf_{job.sharding.value}" if job.framework is Framework.hf else job.framework.value
-    root_kept = engine in consts.get("fsdp_unsharded_root_engines", ())
+    largest = max(a.layer_params, a.vocab * a.hidden)
+    root_kept = _sharded_profile_name(job) in consts.get("fsdp_unsharded_root_engines", ())
     root = 2.0 * (a.embedding_params + a.hidden) if root_kept else 0.0  # 16-bit embeddings, head, final norm
-    unit = a.layer_params if root_kept else max(a.layer_params, a.vocab * a.hidden)
-    fsdp = float(consts["fsdp_live_units"]) * w * unit + root + grad_unit * max(a.layer_params, a.vocab * a.hidden)
+    unit = a.layer_params if root_kept else largest
+    fsdp = float(consts["fsdp_live_units"]) * w * unit + root + grad_unit * largest
     g16 = _state_bytes(job, cfg, consts)["grad16"] if job.method is Method.full else np.zeros(len(cfg))
     stage = (w + g16) * a.total_params / _f(cfg.pp)  # a whole pipeline stage, unsharded, with accumulated grads
     fsdp = np.where((cfg.pp > 1) & _uses_fsdp(job, cfg), np.maximum(fsdp, stage), fsdp)
