@@ -5,6 +5,10 @@
     python bench/expert_review.py --compare-risk  # also: cost of the default plan (risk p90) against the old
                                                   # default (fitted at the prediction), and infeasible ones
     python bench/expert_review.py --limit 10      # the first 10 scenarios only
+    python bench/expert_review.py --check         # also: fail (exit 1) where README.md or docs/trade-offs.md quote
+                                                  # other saving figures than this run measures, or a count
+                                                  # below is over its target (a CI tier)
+    python bench/expert_review.py --write         # also: write this run's saving figures into both
 
 For every default plan (the scenario's objective, risk and tolerance, as ``ftopt solve`` chooses it) it counts:
 
@@ -48,6 +52,7 @@ import argparse
 import contextlib
 import io
 import math
+import re
 import statistics
 import sys
 import tempfile
@@ -61,6 +66,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from optimizer.inputs.atomic import write_atomic  # noqa: E402
 from optimizer.inputs.errors import FtoptError  # noqa: E402
 from optimizer.inputs.schema import Objective, Status  # noqa: E402
 from optimizer.models import hosts  # noqa: E402
@@ -368,6 +374,71 @@ def review_one(path: Path, review: Review, compare_risk: bool, detail: bool = Fa
     return line + ("\n" + shown.getvalue().rstrip("\n") if shown.getvalue() else "")
 
 
+MUST_BE_NONE = ("part_instance", "host_ram", "kernel", "fp16_unwarned", "bad_trade")  # --check fails on any
+TABLE_ROWS = {"charitable": "| its hardware, with the best settings", "as_written": "| its hardware and the settings"}
+README_SENTENCE = re.compile(  # README.md's Accuracy item; the numbers are the groups, the words may wrap anywhere
+    r"median saving is (?P<median>[\d.]+)% \((?P<n>\d+)\s+scenarios; 0% in (?P<zero>\d+) where the rule's card is"
+    r"\s+already the cheapest, (?P<others>[\d.]+)% in the others\)\. Against the rules with\s+the settings the"
+    r"\s+articles write as well, it is (?P<written>[\d.]+)%")
+
+
+def saving_figures(savings: list[float]) -> dict[str, str]:
+    """The quoted figures of one reading: scenarios, median, how many save nothing (0.0%), median of the others."""
+    others = [s for s in savings if round(s * 1000) != 0]
+    return {"n": str(len(savings)), "median": f"{statistics.median(savings) * 100:.1f}",
+            "zero": str(len(savings) - len(others)),
+            "others": f"{statistics.median(others) * 100:.1f}" if others else "0.0"}  # fmt: skip
+
+
+def quoted_figures(root: Path = REPO) -> dict[str, dict[str, str]]:
+    """The saving figures docs/trade-offs.md's table quotes now (the shape :func:`saving_figures` gives)."""
+    out = {}
+    for line in (root / "docs" / "trade-offs.md").read_text(encoding="utf-8").split("\n"):
+        for key, prefix in TABLE_ROWS.items():
+            if line.startswith(prefix):
+                cells = line.rstrip().removesuffix(" |").split(" | ")
+                out[key] = {"n": cells[1], "median": cells[2].rstrip("%"), "zero": cells[3],
+                            "others": cells[4].rstrip("%")}  # fmt: skip
+    return out
+
+
+def sync_figures(figures: dict[str, dict[str, str]], write: bool, root: Path = REPO) -> list[str]:
+    """Compare (or with ``write``, replace) the saving figures quoted in docs/trade-offs.md's table and README.md.
+
+    Returns one line per quoted figure that differs from ``figures`` (before writing, so a write reports what it
+    changed). The table's cells 2-5 are scenarios, median, at 0% and median of the others.
+    """
+    stale: list[str] = []
+    doc = root / "docs" / "trade-offs.md"
+    lines = doc.read_text(encoding="utf-8").split("\n")
+    for key, prefix in TABLE_ROWS.items():
+        at = next((k for k, line in enumerate(lines) if line.startswith(prefix)), None)
+        if at is None:
+            stale.append(f"docs/trade-offs.md: no table row starting {prefix!r}")
+            continue
+        cells = lines[at].rstrip().removesuffix(" |").split(" | ")
+        want = [figures[key]["n"], figures[key]["median"] + "%", figures[key]["zero"], figures[key]["others"] + "%"]
+        if cells[1:5] != want:
+            stale.append(f"docs/trade-offs.md {key}: quotes {' / '.join(cells[1:5])}, measured {' / '.join(want)}")
+            lines[at] = " | ".join([cells[0], *want, *cells[5:]]) + " |"
+    readme = root / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    found = README_SENTENCE.search(text)
+    if found is None:
+        stale.append("README.md: the rule-of-thumb saving sentence is missing")
+    else:
+        want_r = {**figures["charitable"], "written": figures["as_written"]["median"]}
+        spans = sorted(((found.span(g), g) for g in want_r), reverse=True)
+        for (start, end), g in spans:
+            if text[start:end] != want_r[g]:
+                stale.append(f"README.md {g}: quotes {text[start:end]}, measured {want_r[g]}")
+                text = text[:start] + want_r[g] + text[end:]
+    if write and stale:
+        write_atomic(doc, "\n".join(lines))
+        write_atomic(readme, text)
+    return stale
+
+
 def main(argv: list[str] | None = None) -> None:
     """Review the scenarios and print the counts."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -375,6 +446,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--limit", type=int, default=None, help="review only the first N scenarios")
     ap.add_argument("--only-shipped", action="store_true", help="the shipped scenarios only")
     ap.add_argument("--seed-detail", action="store_true", help="print the rule-of-thumb and ftopt plans compared")
+    sync = ap.add_mutually_exclusive_group()
+    sync.add_argument("--check", action="store_true", help="exit 1 where the docs quote other saving figures")
+    sync.add_argument("--write", action="store_true", help="write the saving figures into README.md and the docs")
     args = ap.parse_args(argv)
     review = Review()
     with tempfile.TemporaryDirectory() as tmp:
@@ -406,6 +480,19 @@ def main(argv: list[str] | None = None) -> None:
         print(f"risk p90 vs the old fit at the prediction: cost median {statistics.median(inc):+.1%}, mean "
               f"{statistics.mean(inc):+.1%}, worst {max(inc):+.1%} over {len(inc)} scenarios; "
               f"infeasible only at p90: {len(review.risk_infeasible)} {review.risk_infeasible}")
+    if args.check or args.write:
+        if args.limit is not None or args.only_shipped or not (review.savings and review.as_written):
+            sys.exit("--check and --write need the whole review (no --limit, no --only-shipped)")
+        stale = sync_figures({"charitable": saving_figures(review.savings),
+                              "as_written": saving_figures(review.as_written)}, args.write)  # fmt: skip
+        for line in stale:
+            print(("written: " if args.write else "stale: ") + line)
+        broken = [f"{key}: {len(names)} plans" for key, names in review.counts.items()
+                  if key in MUST_BE_NONE and names or key == "not_p90" and len(names) > 0.05 * n]  # fmt: skip
+        for line in broken:
+            print("review: " + line)
+        if args.check and (stale or broken):
+            sys.exit(1)
 
 
 if __name__ == "__main__":
