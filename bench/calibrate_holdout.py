@@ -9,11 +9,14 @@ group (about 80% when the band is honest); the shipped band's coverage of the sh
 
     python bench/calibrate_holdout.py            # summary per model
     python bench/calibrate_holdout.py --cases    # and every case
+    python bench/calibrate_holdout.py --check    # also: exit 1 where README.md quotes other figures (CI's figures
+                                                 # tier); --write updates README.md
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -25,10 +28,17 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import readme_figures  # noqa: E402
 from optimizer.inputs.catalog import load_catalog  # noqa: E402
 from optimizer.inputs.measurement import load_cases  # noqa: E402
 from optimizer.measure.calibrate import calibrate, memory_pair, predict, time_pair  # noqa: E402
 
+README_SENTENCE = re.compile(  # README.md's "What to expect" item of the calibration section
+    r"goes from (?P<time_shipped>[\d.]+)% to (?P<time_calibrated>[\d.]+)% for time \((?P<time_n>\d+) cases\) and"
+    r"\s+from\s+(?P<memory_shipped>[\d.]+)% to\s+(?P<memory_calibrated>[\d.]+)% for memory \((?P<memory_n>\d+)"
+    r"\s+cases\).*?The calibrated bands hold (?P<time_band_calibrated>\d+)% \(time\) and"
+    r"\s+(?P<memory_band_calibrated>\d+)%\s+\(memory\) of those cases between their 10th and 90th percentiles,"
+    r"\s+the\s+shipped\s+bands\s+(?P<time_band_shipped>\d+)% and\s+(?P<memory_band_shipped>\d+)%", re.S)
 FILES = {"time": REPO / "tests/data/reference/throughput_cases.yaml",
          "memory": REPO / "tests/data/reference/memory_cases.yaml"}  # fmt: skip
 
@@ -71,10 +81,13 @@ def _inside(band: dict, ratio: float) -> bool:
     return float(band["ratio_p10"]) <= ratio <= float(band["ratio_p90"])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Print the summary per model (module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", action="store_true", help="print every held-out case")
-    args = parser.parse_args()
+    readme_figures.add_arguments(parser)
+    args = parser.parse_args(argv)
+    quoted: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         for model in ("time", "memory"):
             found = rows(model, Path(tmp_name))
@@ -82,12 +95,20 @@ def main() -> None:
                 for cid, before, after, _, _ in found:
                     print(f"{model:6} {cid:55} shipped {before:6.1%}  calibrated {after:6.1%}")
             better = sum(r[2] < r[1] for r in found)
-            print(f"{model}: {len(found)} held-out cases; median |error| shipped "
-                  f"{statistics.median(r[1] for r in found):.1%}, calibrated on the rest of the group "
-                  f"{statistics.median(r[2] for r in found):.1%}; better on {better}, worse on "
-                  f"{sum(r[2] > r[1] for r in found)}; inside the p10-p90 band: shipped "
-                  f"{sum(r[3] for r in found) / len(found):.0%}, "
-                  f"calibrated {sum(r[4] for r in found) / len(found):.0%}")  # fmt: skip
+            figs = {"n": str(len(found)), "shipped": f"{statistics.median(r[1] for r in found) * 100:.1f}",
+                    "calibrated": f"{statistics.median(r[2] for r in found) * 100:.1f}",
+                    "band_shipped": f"{sum(r[3] for r in found) / len(found) * 100:.0f}",
+                    "band_calibrated": f"{sum(r[4] for r in found) / len(found) * 100:.0f}"}  # fmt: skip
+            quoted |= {f"{model}_{k}": v for k, v in figs.items()}
+            print(f"{model}: {figs['n']} held-out cases; median |error| shipped {figs['shipped']}%, calibrated on "
+                  f"the rest of the group {figs['calibrated']}%; better on {better}, worse on "
+                  f"{sum(r[2] > r[1] for r in found)}; inside the p10-p90 band: shipped {figs['band_shipped']}%, "
+                  f"calibrated {figs['band_calibrated']}%")  # fmt: skip
+    if args.check or args.write:
+        stale = readme_figures.sync(REPO / "README.md", README_SENTENCE, quoted, args.write)
+        readme_figures.report(stale, args.write)
+        if args.check and stale:
+            sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import readme_figures  # noqa: E402
 from optimizer.inputs.atomic import write_atomic  # noqa: E402
 from optimizer.inputs.errors import FtoptError  # noqa: E402
 from optimizer.inputs.schema import Objective, Status  # noqa: E402
@@ -421,21 +422,10 @@ def sync_figures(figures: dict[str, dict[str, str]], write: bool, root: Path = R
         if cells[1:5] != want:
             stale.append(f"docs/trade-offs.md {key}: quotes {' / '.join(cells[1:5])}, measured {' / '.join(want)}")
             lines[at] = " | ".join([cells[0], *want, *cells[5:]]) + " |"
-    readme = root / "README.md"
-    text = readme.read_text(encoding="utf-8")
-    found = README_SENTENCE.search(text)
-    if found is None:
-        stale.append("README.md: the rule-of-thumb saving sentence is missing")
-    else:
-        want_r = {**figures["charitable"], "written": figures["as_written"]["median"]}
-        spans = sorted(((found.span(g), g) for g in want_r), reverse=True)
-        for (start, end), g in spans:
-            if text[start:end] != want_r[g]:
-                stale.append(f"README.md {g}: quotes {text[start:end]}, measured {want_r[g]}")
-                text = text[:start] + want_r[g] + text[end:]
-    if write and stale:
+    want_r = {**figures["charitable"], "written": figures["as_written"]["median"]}
+    stale += readme_figures.sync(root / "README.md", README_SENTENCE, want_r, write)
+    if write and any(line.startswith("docs/trade-offs.md") for line in stale):
         write_atomic(doc, "\n".join(lines))
-        write_atomic(readme, text)
     return stale
 
 
@@ -446,9 +436,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--limit", type=int, default=None, help="review only the first N scenarios")
     ap.add_argument("--only-shipped", action="store_true", help="the shipped scenarios only")
     ap.add_argument("--seed-detail", action="store_true", help="print the rule-of-thumb and ftopt plans compared")
-    sync = ap.add_mutually_exclusive_group()
-    sync.add_argument("--check", action="store_true", help="exit 1 where the docs quote other saving figures")
-    sync.add_argument("--write", action="store_true", help="write the saving figures into README.md and the docs")
+    readme_figures.add_arguments(ap)
     args = ap.parse_args(argv)
     review = Review()
     with tempfile.TemporaryDirectory() as tmp:
@@ -485,8 +473,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit("--check and --write need the whole review (no --limit, no --only-shipped)")
         stale = sync_figures({"charitable": saving_figures(review.savings),
                               "as_written": saving_figures(review.as_written)}, args.write)  # fmt: skip
-        for line in stale:
-            print(("written: " if args.write else "stale: ") + line)
+        readme_figures.report(stale, args.write)
         broken = [f"{key}: {len(names)} plans" for key, names in review.counts.items()
                   if key in MUST_BE_NONE and names or key == "not_p90" and len(names) > 0.05 * n]  # fmt: skip
         for line in broken:

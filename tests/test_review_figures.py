@@ -1,20 +1,32 @@
-"""The rule-of-thumb saving figures quoted in README.md and docs/trade-offs.md (bench/expert_review.py).
+"""Figures README.md and docs/trade-offs.md quote from benchmarks (bench/readme_figures.py).
 
-The review itself runs in CI's figures tier (``python bench/expert_review.py --check``); here: the figures are
-computed as the docs describe them, the two documents quote the same ones, and a stale figure is found and rewritten.
+The benchmarks run in CI's figures tier (.ci/figures-check: ``--check``); here: the rule-of-thumb saving figures are
+computed as the docs describe them, the two documents quote the same ones, every quoting sentence is still found, and
+a stale figure is named and rewritten.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import sys
 
+import pytest
+
+from bench import readme_figures
 from tests.conftest import REPO
 
-_spec = importlib.util.spec_from_file_location("expert_review", REPO / "bench" / "expert_review.py")
-review = sys.modules.setdefault("expert_review", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(review)
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    module = sys.modules.setdefault(name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)
+    return module
+
+
+review = _bench("expert_review")
+README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
 def test_saving_figures_median_zeroes_and_others() -> None:
@@ -43,3 +55,22 @@ def test_stale_figures_are_named_and_rewritten(tmp_path) -> None:
     assert review.quoted_figures(tmp_path) == measured
     assert review.sync_figures(measured, write=False, root=tmp_path) == []
     assert "the median saving is 31.4% (" in (tmp_path / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("bench", ["expert_review", "plans_as_sold", "calibrate_holdout"])
+def test_every_benchmark_finds_its_sentence_in_the_readme(bench) -> None:
+    found = _bench(bench).README_SENTENCE.search(README)
+    assert found is not None
+    assert all(found.group(g) for g in found.re.groupindex)
+
+
+def test_sync_rewrites_only_the_figures_and_keeps_the_wrapping(tmp_path) -> None:
+    path = tmp_path / "README.md"
+    path.write_text("A run of 12 cases\n  scored 3.5% today; 12 again.\n", encoding="utf-8")
+    pattern = re.compile(r"run of (?P<n>\d+) cases\s+scored (?P<err>[\d.]+)%")
+    assert readme_figures.sync(path, pattern, {"n": "12", "err": "3.5"}, write=True) == []
+    stale = readme_figures.sync(path, pattern, {"n": "140", "err": "3.5"}, write=True)
+    assert stale == ["README.md n: quotes 12, measured 140"]
+    assert path.read_text(encoding="utf-8") == "A run of 140 cases\n  scored 3.5% today; 12 again.\n"
+    assert readme_figures.sync(path, re.compile(r"(?P<x>nowhere)"), {"x": "1"}, write=False)[0].startswith(
+        "README.md: no sentence matches")

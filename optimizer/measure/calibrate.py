@@ -130,14 +130,16 @@ class Result:
 def predict(case: Case, workdir: Path, overlay_file: Path | None = None, label: str = "") -> Prediction:
     """Evaluate the case's pinned configuration with the shipped models (or through ``overlay_file``).
 
-    Errors name ``label`` (the measurement file) and the case id rather than the temporary scenario file.
+    Errors name ``label`` (the measurement file) and the case id rather than the temporary scenario file. The run
+    is evaluated on the cards it ran on even where the catalog rents that GPU only as whole instances (one V100 of
+    an 8-card machine is a measurement, not a rental).
     """
     doc = {k: v for k, v in case.scenario.items() if k != "calibration"}
     path = workdir / f"{safe_name(case.id)}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     ov = Overrides(calibration=str(overlay_file) if overlay_file else None)
     try:
-        space, i = estimate_space(path, {}, ov)
+        space, i = estimate_space(path, {}, ov, whole_instances=False)  # the cards it ran on, sold whole or not
     except InputError as exc:  # name the measurement, not the temporary file
         where = f"{case.id}: scenario.{exc.field}" if exc.field else f"{case.id}: scenario"
         raise InputError(label or case.id, where, exc.problem) from None

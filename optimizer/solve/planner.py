@@ -503,9 +503,16 @@ def estimate_scenario(path: str | Path, pins: dict[str, object], overrides: Over
     return to_estimate(space, best, Status.feasible if bool(space.cand.fits[best]) else Status.infeasible)
 
 
-def estimate_space(path: str | Path, pins: dict[str, object], overrides: Overrides | None = None) -> tuple[Space, int]:
-    """The evaluated rows of one configuration (one per offer renting the GPU) and the row with the cheapest bill."""
+def estimate_space(path: str | Path, pins: dict[str, object], overrides: Overrides | None = None,
+                   whole_instances: bool = True) -> tuple[Space, int]:  # fmt: skip
+    """The evaluated rows of one configuration (one per offer renting the GPU) and the row with the cheapest bill.
+
+    ``whole_instances=False`` reads every offer as sold by the card: a run that already happened (a measurement
+    being calibrated) used the cards it used, whatever the unit a catalog rents them in; its bill means nothing.
+    """
     sc, catalog, source = prepare(path, overrides)
+    if not whole_instances:
+        catalog = replace(catalog, offers=[o.model_copy(update={"sold_as": "card"}) for o in catalog.offers])
     merged = {
         **ESTIMATE_DEFAULTS,
         **sc.plan.model_dump(exclude_none=True),
