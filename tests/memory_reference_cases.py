@@ -126,6 +126,27 @@ NOTE_SETTINGS: dict[str, list[tuple[dict[str, Any], str]]] = {
     },
     **{f"mem-qwen-{m}": [_QWEN_LOSS] for m in ("1.8b-full-zero3-1gpu-s256", "1.8b-full-zero3-1gpu-s8192",
                                                  "7b-full-zero3-2gpu-s256", "7b-full-zero3-2gpu-s1024")},
+    # memory_cases_3.yaml's Qwen rows, from the same README table and finetune.py: LoRA dropout 0.05 on every one
+    # (their notes state it), and the 16-bit loss on the rows run under DeepSpeed only. The single-GPU LoRA script runs
+    # the HF Trainer with --bf16 and no DeepSpeed, so the Trainer wraps the forward in torch.autocast (transformers
+    # Trainer.autocast_smart_context_manager, the native-AMP path), under which F.cross_entropy runs in float32
+    # (autocast's float32 op list): the fp32-upcast path ftopt prices by default. Under DeepSpeed the Trainer opens no
+    # autocast (the engine casts the model), so modeling_qwen.py's cross-entropy sees the 16-bit logits, as in the rows
+    # above.
+    **{
+        case_id: [(_QWEN_DROPOUT, "r 64, alpha 16, dropout 0.05")]
+        for case_id in (
+            *(f"h-mem-29-qwen-7b-lora-s{s}" for s in (256, 1024, 4096, 8192)),
+            *(f"h-mem-34-qwen-14b-lora-s{s}" for s in (256, 8192)),
+            "h2-mem-qwen-1.8b-lora-s2048", "h2-mem-qwen-1.8b-lora-s8192", "h2-mem-qwen-7b-lora-s2048",
+            "h2-mem-qwen-14b-lora-s2048",
+        )
+    },
+    **{
+        case_id: [(_QWEN_DROPOUT, "r 64, alpha 16, dropout 0.05"), _QWEN_LOSS]
+        for case_id in ("h-mem-34-qwen-14b-qlora-gptq-s256", "h-mem-34-qwen-14b-qlora-gptq-s8192",
+                        "h2-mem-qwen-72b-lora-zero3-4xa100-s2048")
+    },
     # torchtitan@e7c0cae (2025) compiles the blocks and the loss (components/loss.py), which training.compile
     # expresses. The December 2024 rows (torchtitan@9dec370) compiled the blocks only, the loss not (train.py:
     # "# if job_config.training.compile: loss_fn = torch.compile(loss_fn)" commented out); the schema cannot say

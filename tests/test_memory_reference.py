@@ -44,9 +44,6 @@ KNOWN_GAPS = {
     "mem-tt-llama2-7b-lora-2x4090-alpaca": "reserved peak above the same recipe on one GPU (17.18 GB): FSDP1 "
     "sync_module_states start-up whose broadcast buffers NCCL recordStream kept alive (pytorch/torchtune PR #843, "
     "opened 2024-04-22, after this table, and merged: '78G instead of 23G'); whole bf16 model + shard = 21.0 GB",
-    "h-mem-34-qwen-14b-qlora-gptq-s8192": "over, the safe side: at 8192 tokens the 16-bit logits of Qwen-1's "
-    "152k vocabulary dominate the prediction (13.9 GiB) while the measured total is 27.9 GB; the 256-token row of "
-    "the same run is within 9%",
     "h2-mem-kempner-llama3-70b-tp4-fsdp8-32xh200": "the gathered logits are counted now (the tp4 row is within 2%); "
     "the rest fits FSDP2 accumulating unsharded gradients in its fp32 reduce dtype (FSDPParam."
     "to_accumulated_grad_if_needed; 4 B, the torchtune profile counts 2: -34% -> +1%), but the same rule puts the "
@@ -85,6 +82,21 @@ def test_note_settings_quote_the_case_notes(case_id):
     notes = " ".join(next(c for c in ALL_CASES if c["id"] == case_id)["notes"].split())
     for _override, phrase in NOTE_SETTINGS[case_id]:
         assert phrase in notes, f"{case_id}: {phrase!r} is not in its notes"
+
+
+QWEN_V1 = [c for c in ALL_CASES if c["source"].startswith("QwenLM/Qwen")]
+
+
+@pytest.mark.parametrize("case", QWEN_V1, ids=[c["id"] for c in QWEN_V1])
+def test_qwen_rows_take_the_16bit_loss_under_deepspeed_and_the_autocast_loss_without(case):
+    # every row of Qwen's profiling table runs modeling_qwen.py's cross-entropy on the 16-bit logits; only under
+    # DeepSpeed does it see them (no autocast): the single-GPU LoRA script's HF Trainer --bf16 autocasts the loss
+    # to float32, the path ftopt prices by default. Every LoRA row keeps finetune.py's dropout 0.05.
+    scenario = note_scenario(case)
+    deepspeed = (case["scenario"]["plan"].get("zero_stage") or 0) > 0
+    assert (scenario.get("training", {}).get("loss") == "standard_16bit") == deepspeed
+    if case["scenario"]["method"] != "full":
+        assert scenario["lora"]["dropout"] == 0.05
 
 
 @pytest.mark.parametrize("case_id", [c["id"] for c in ALL_CASES if c["kind"] == "boundary"])
