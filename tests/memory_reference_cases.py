@@ -126,6 +126,14 @@ NOTE_SETTINGS: dict[str, list[tuple[dict[str, Any], str]]] = {
     },
     **{f"mem-qwen-{m}": [_QWEN_LOSS] for m in ("1.8b-full-zero3-1gpu-s256", "1.8b-full-zero3-1gpu-s8192",
                                                  "7b-full-zero3-2gpu-s256", "7b-full-zero3-2gpu-s1024")},
+    # memory_cases_3.yaml's torchtune rows of the Llama 3.1 / 3.2 era that ran torch.compile (their notes, written
+    # before training.compile existed, call it "not expressible"); their chunked loss is torchtune's default and
+    # already priced. Its May 2024 QLoRA row (h-mem-19) stays without: that recipe compiled the model only and held
+    # the plain loss's logits through backward (the standard_held path), while training.compile under torchtune
+    # means the later compile_loss path, so the schema cannot say what it ran (as for torchtitan's 2024 rows below).
+    "h-mem-03-tt-llama3.1-8b-lora-4090": [(_COMPILE, _TT_2024_README)],
+    "h-mem-07-tt-llama3.1-70b-lora-8xa100": [(_COMPILE, _TT_2024_README)],
+    "h-mem-13-tt-llama3.2-3b-full-ac": [(_COMPILE, "packed, torch.compile on")],
     # memory_cases_3.yaml's Qwen rows, from the same README table and finetune.py: LoRA dropout 0.05 on every one
     # (their notes state it), and the 16-bit loss on the rows run under DeepSpeed only. The single-GPU LoRA script runs
     # the HF Trainer with --bf16 and no DeepSpeed, so the Trainer wraps the forward in torch.autocast (transformers
