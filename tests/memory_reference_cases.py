@@ -188,9 +188,21 @@ _NO_SYNC = "KempnerForge scripts/train.py@01b461a78 maybe_no_sync (set_requires_
 # enable_loss_parallel=not job_config.training.disable_loss_parallel, default False; parallelize_llama.py apply_tp:
 # output_layouts=Shard(-1) if loss_parallel), which the torchtune engine these rows run as does not (its plans gather).
 _TITAN_LOSS_PARALLEL = "torchtitan@9dec370 train.py enable_loss_parallel (--training.disable_loss_parallel unset)"
+# KempnerForge's loss and its FSDP2 policy, read from its code at the same commit: the model returns the output head's
+# bf16 logits (no .float()) and scripts/train.py runs F.cross_entropy on them while its logits variable lives through
+# backward(); the FSDP2 MixedPrecisionPolicy keeps bf16 parameters and reduces in fp32, so the gradients that
+# maybe_no_sync accumulates unsharded are fp32 (FSDPParam.to_accumulated_grad_if_needed)
+_KEMPNER_LOSS = "KempnerForge@01b461a78 Transformer.forward (bf16 logits) and scripts/train.py F.cross_entropy"
+_KEMPNER_REDUCE = "KempnerForge@01b461a78 MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)"
 SOURCE_SETTINGS: dict[str, list[tuple[dict[str, Any], str]]] = {
     **{
-        f"h2-mem-kempner-{m}": [({"training": {"reduce_every_micro_batch": False}}, _NO_SYNC)]
+        f"h2-mem-kempner-{m}": [({"training": {"loss": "standard_16bit_held"}}, _KEMPNER_LOSS)]
+        for m in ("llama3-8b-1xh200", "llama3-8b-tp4-4xh200")
+    },
+    **{
+        f"h2-mem-kempner-{m}": [({"training": {"reduce_every_micro_batch": False}}, _NO_SYNC),
+                                ({"training": {"loss": "standard_16bit_held"}}, _KEMPNER_LOSS),
+                                ({"training": {"reduce_dtype": "fp32"}}, _KEMPNER_REDUCE)]
         for m in ("llama3-8b-fsdp4-4xh200", "13b-fsdp8-8xh200", "llama3-70b-tp4-fsdp8-32xh200")
     },
     **{

@@ -42,3 +42,17 @@ def test_deepspeed_lora_and_pipelines_are_not_touched():
     lora = job(framework="hf", sharding="fsdp", method="lora")
     assert held(lora, c, consts())[0]  # held, but only the adapters' gradients
     assert memory.gradient_bytes(lora, c, consts())[0] == pytest.approx(4 * memory.trainable_params(lora), rel=1e-9)
+
+
+def test_fsdp2_with_an_fp32_reduce_dtype_accumulates_the_held_gradients_at_4_bytes():
+    # KempnerForge: bf16 parameters, MixedPrecisionPolicy(reduce_dtype=float32), no reduce until the last micro-batch:
+    # FSDPParam.to_accumulated_grad_if_needed keeps the unsharded gradient in fp32, 4 B x P instead of 2 B x P
+    held = replace(job(framework="torchtune"), reduce_every_micro_batch=False, reduce_dtype="fp32")
+    c = cfg(n=2, dp=4, zero=3, grad_accum=[1, 4])
+    grads = memory.gradient_bytes(held, c, consts())
+    assert grads[1] == pytest.approx(4 * P, rel=1e-9)
+    # reduced every micro-batch (accumulation 1), the sharded bf16 gradients are untouched: 2 B x P / 4
+    assert grads[0] == pytest.approx(2 * P / 4, rel=1e-9)
+    # and a reduce_dtype without held gradients changes nothing
+    synced = replace(held, reduce_every_micro_batch=True)
+    assert memory.gradient_bytes(synced, c, consts())[1] == pytest.approx(2 * P / 4, rel=1e-9)

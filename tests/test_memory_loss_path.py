@@ -55,6 +55,15 @@ def test_gathered_logits_keep_the_full_vocabulary_on_every_tp_rank(framework):
     assert [_one(activations.logits_bytes, j, cfg(tp=t)) for t in (1, 2, 4, 8)] == [12_608_077_824] * 4
 
 
+def test_a_16bit_loss_whose_loop_keeps_the_logits_peaks_at_8_bytes_per_logit():
+    # KempnerForge: bf16 logits (no .float()), F.cross_entropy, the loop's logits alive through backward
+    forward_end = BF16 + BF16  # held logits + saved bf16 log-softmax = 4
+    backward_start = BF16 + BF16 + BF16 + BF16  # held logits + saved log-softmax + the two bf16 gradients = 8
+    j = job(arch=LLAMA31_8B, framework="torchtune", loss="standard_16bit_held", seq_len=8192)
+    # 1,050,673,152 x 8 = 8,405,385,216 B
+    assert _one(activations.logits_bytes, j, cfg()) == 8_405_385_216 == LOGITS_8B * max(forward_end, backward_start)
+
+
 def test_loop_that_keeps_the_logits_adds_their_fp32_copy_in_backward():
     # torchtune recipes before July 2024: the shifted fp32 logits are still referenced when backward starts
     backward_start = FP32 + FP32 + FP32 + FP32  # held logits + saved log-softmax + two fp32 gradients = 16

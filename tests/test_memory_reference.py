@@ -45,10 +45,6 @@ KNOWN_GAPS = {
     "mem-tt-llama2-7b-lora-2x4090-alpaca": "reserved peak above the same recipe on one GPU (17.18 GB): FSDP1 "
     "sync_module_states start-up whose broadcast buffers NCCL recordStream kept alive (pytorch/torchtune PR #843, "
     "opened 2024-04-22, after this table, and merged: '78G instead of 23G'); whole bf16 model + shard = 21.0 GB",
-    "h2-mem-kempner-llama3-70b-tp4-fsdp8-32xh200": "the gathered logits are counted now (the tp4 row is within 2%); "
-    "the rest fits FSDP2 accumulating unsharded gradients in its fp32 reduce dtype (FSDPParam."
-    "to_accumulated_grad_if_needed; 4 B, the torchtune profile counts 2: -34% -> +1%), but the same rule puts the "
-    "8B FSDP4 and 13B FSDP8 rows of the same table 16-21% over, so it is not applied",
 }
 
 

@@ -80,6 +80,7 @@ class Loss(StrEnum):
     standard = "standard"
     standard_16bit = "standard_16bit"  # cross-entropy on 16-bit logits, no fp32 upcast (e.g. Qwen-1 remote code)
     standard_held = "standard_held"  # fp32-upcast cross-entropy whose loop keeps the logits through backward
+    standard_16bit_held = "standard_16bit_held"  # cross-entropy on 16-bit logits the loop keeps through backward
     chunked = "chunked"
     fused = "fused"
 
@@ -601,6 +602,13 @@ class Training(Strict):
         description="FSDP with gradient accumulation: reduce-scatter the gradients after every micro-batch (true) or "
         "hold them unsharded until the last one (false: no_sync, as transformers' Trainer does); null = the "
         "engine's default (calibration memory.fsdp_unsharded_accumulation)",
+    )
+    reduce_dtype: Literal["bf16", "fp32"] | None = Field(
+        None,
+        description="FSDP2's MixedPrecisionPolicy reduce_dtype where it differs from the 16-bit parameters: with "
+        "reduce_every_micro_batch false, FSDP2 accumulates the unsharded gradients in it (fp32: 4 B per parameter "
+        "instead of 2; FSDPParam.to_accumulated_grad_if_needed). Memory only: the time model counts the "
+        "reduce-scatter at 2 B per gradient. null = 16-bit",
     )
     loss_parallel: bool | None = Field(
         None,

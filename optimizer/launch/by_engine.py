@@ -179,7 +179,8 @@ def loss_settings(settings: dict[str, Any], scenario: Scenario) -> list[str]:
     - torchtune: ``loss._component_`` CEWithChunkedOutputLoss (chunked, its default) or torch CrossEntropyLoss
       (standard); it has no fused linear cross-entropy in 0.6: a note.
     - nemo: Megatron's vocabulary-parallel cross-entropy whatever is asked: a note for chunked or fused.
-    ``standard_16bit`` and ``standard_held`` describe other trainers' losses (reference runs): a note.
+    ``standard_16bit``, ``standard_16bit_held`` and ``standard_held`` describe other trainers' losses (reference
+    runs): a note.
     """
     fw, loss = scenario.training.framework, scenario.training.loss
     if loss is Loss.auto or loss is Loss.standard and fw is not Framework.torchtune:

@@ -204,8 +204,9 @@ def loss_kind(job: Job, consts: Mapping[str, Any]) -> str:
     torchtitan/components/loss.py build_cross_entropy_loss), ``standard`` for torchtune, whose compile_loss receives
     logits the eager model already upcast (the Llama-3.2-3B ladder's "+ Compile" rung drops 9.0 GiB, what the fused
     layers alone account for, 8.75 GiB: no saving of the compiled loss is visible). ``standard_16bit`` is a
-    cross-entropy on 16-bit logits (Qwen-1's remote modelling code), ``standard_held`` the fp32 one with the logits
-    held through backward (torchtune before July 2024); a chunked loss under compile is
+    cross-entropy on 16-bit logits (Qwen-1's remote modelling code), ``standard_16bit_held`` the same with the
+    logits held through backward (KempnerForge), ``standard_held`` the fp32 one with the logits held through
+    backward (torchtune before July 2024); a chunked loss under compile is
     ``chunked_compiled`` (torchtune compile_loss compiles the per-chunk upcast + cross-entropy only).
     """
     loss = job.loss
@@ -242,6 +243,10 @@ def logits_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndarra
     ``shift_logits = lm_logits[..., :-1, :].contiguous()`` then ``CrossEntropyLoss``, no upcast; DeepSpeed runs no
     autocast): forward 2 + 2 + 2 (logits, shifted copy, log-softmax), backward 2 + 2 + 2 (saved log-softmax, the two
     gradients) = 6.
+    standard_16bit_held (8): a cross-entropy on 16-bit logits that the loop keeps through backward
+    (KempnerForge@01b461a: Transformer.forward returns bf16 logits, scripts/train.py runs ``F.cross_entropy`` on them
+    and its ``logits`` stays alive through ``backward()``; labels arrive shifted): forward 2 + 2 (logits, saved
+    log-softmax), backward 2 + 2 + 2 + 2 (held logits, saved log-softmax, the two gradients) = 8.
     standard_compiled (4): the upcast and cross-entropy in one compiled graph; Inductor fuses upcast, log-softmax
     and nll_loss, saves its bf16 input (2) and per-token statistics, and writes the bf16 gradient (2) in one fused
     backward kernel: 2 + 2 = 4.

@@ -54,6 +54,7 @@ class Job:
     activation_offload: bool = False  # saved activations in host RAM
     optimizer_in_backward: bool = False  # gradients freed per parameter during backward
     reduce_every_micro_batch: bool | None = None  # FSDP accumulation: reduce each micro-batch (None: engine default)
+    reduce_dtype: str | None = None  # FSDP2 reduce_dtype: "fp32" accumulates held unsharded gradients at 4 B
     loss_parallel: bool | None = None  # TP: loss on vocabulary-sharded logits (None: engine default)
     quant_kernel: str | None = None  # k-bit base's Linear library (None: engine default)
     optimizer_kernel: str = "fused"  # AdamW's GPU step: fused | foreach (training.optimizer_kernel)

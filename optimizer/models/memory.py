@@ -306,7 +306,10 @@ def gradient_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndar
     18P/N + 4 P_ll with 18 = 2 (params) + 4 (fp32 grads) + 12. With offload (stage >= 1) the fp32 partitions
     and, from stage 2, the 16-bit gradients live on the CPU: ZeRO-2 offload = 2P, ZeRO-3 offload = 4 P_ll + 2P/N.
     FSDP accumulating without a reduce per micro-batch (:func:`holds_unsharded_gradients`) holds them unsharded, on
-    the GPU even under ``offload: all`` (only the reduced shards move to the host).
+    the GPU even under ``offload: all`` (only the reduced shards move to the host), at 4 B each under
+    ``training.reduce_dtype: fp32`` (FSDP2 accumulates in its MixedPrecisionPolicy reduce dtype when it differs from
+    the parameters': torch/distributed/fsdp/_fully_shard/_fsdp_param.py ``to_accumulated_grad_if_needed``;
+    KempnerForge's policy is bf16 parameters, fp32 reduce).
     Optimizer in backward (``training.optimizer_in_backward``, torchtune optimizer_in_bwd; gradient accumulation
     1 only): each parameter is stepped and its gradient freed as soon as it is produced, so at most the largest
     module's gradients, min(P_train, P_ll) x g16 / (t p), are held (formulas.md section 8, "G ~ 0").
@@ -319,9 +322,12 @@ def gradient_bytes(job: Job, cfg: Configs, consts: Mapping[str, Any]) -> np.ndar
     f32 = np.where(cfg.zero_stage >= 1, 1.0 / n, 1.0)
     offloaded = (cfg.offload != _NONE) & (cfg.zero_stage >= 1)
     f16 = np.where(offloaded & (cfg.zero_stage >= 2), 0.0, f16)
-    f16 = np.where(holds_unsharded_gradients(job, cfg, consts), 1.0, f16)
+    held = holds_unsharded_gradients(job, cfg, consts)
+    f16 = np.where(held, 1.0, f16)
     f32 = np.where(offloaded, 0.0, f32)
-    grads = trainable_params(job) * (b["grad16"] * f16 + b["grad32"] * f32) / split
+    # FSDP2 keeps the gradients it accumulates unsharded in its reduce dtype (FSDPParam.to_accumulated_grad_if_needed)
+    g16 = np.where(held & (job.reduce_dtype == "fp32"), 4.0, b["grad16"])
+    grads = trainable_params(job) * (g16 * f16 + b["grad32"] * f32) / split
     if job.optimizer_in_backward:
         # one module's gradients live at a time (formulas.md section 8: G ~ 0 with optimizer-in-backward)
         one = min(trainable_params(job), largest_module_params(job)) * b["grad16"] / split

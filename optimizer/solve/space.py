@@ -218,6 +218,7 @@ def make_job(scenario: Scenario, arch: Any, calibration: Mapping[str, Any]) -> J
         activation_offload=t.activation_offload,
         optimizer_in_backward=t.optimizer_in_backward,
         reduce_every_micro_batch=t.reduce_every_micro_batch,
+        reduce_dtype=t.reduce_dtype,
         loss_parallel=t.loss_parallel,
         quant_kernel=None if t.quant_kernel is None else t.quant_kernel.value,
         optimizer_kernel=t.optimizer_kernel.value,

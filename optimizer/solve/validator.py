@@ -86,7 +86,8 @@ def job_of(scenario: Scenario, arch: ModelArch, calibration: dict[str, Any]) -> 
                sample_row_tokens=scenario.data.sample_row_tokens(scenario.seq_len),
                compile=t.compile, activation_offload=t.activation_offload,
                optimizer_in_backward=t.optimizer_in_backward, pipeline_chunks=int(chunks),
-               reduce_every_micro_batch=t.reduce_every_micro_batch, loss_parallel=t.loss_parallel,
+               reduce_every_micro_batch=t.reduce_every_micro_batch, reduce_dtype=t.reduce_dtype,
+               loss_parallel=t.loss_parallel,
                quant_kernel=None if t.quant_kernel is None else t.quant_kernel.value,
                optimizer_kernel=t.optimizer_kernel.value,
                selective_recompute=timing.recompute_policy(t.framework.value, calibration["timing"]))  # fmt: skip
