@@ -176,6 +176,15 @@ def test_the_loss_the_memory_is_priced_with_is_asked_for_or_its_absence_said():
     assert any(n.startswith("loss fused: priced as asked") for n in nemo["notes"])
 
 
+def test_an_fp32_reduce_dtype_is_said_to_be_the_loops_own():
+    # training.reduce_dtype prices FSDP2's accumulation dtype (KempnerForge-style loops); no launch file sets it
+    fp32 = launch_settings(_scenario(method="full", framework="torchtune", sharding="fsdp", reduce_dtype="fp32"),
+                           _plan(), 8)  # fmt: skip
+    assert any(n.startswith("reduce_dtype fp32: priced as asked") for n in fp32["notes"])
+    plain = launch_settings(_scenario(method="full", framework="torchtune", sharding="fsdp"), _plan(), 8)
+    assert not any("reduce_dtype" in n for n in plain.get("notes", []))
+
+
 def test_axolotl_fp8_under_fsdp_leaves_cpu_ram_efficient_loading_off():
     # accelerate raises at Accelerator() for torchao fp8 with FSDP2 and cpu_ram_efficient_loading (accelerator.py)
     fp8 = launch_settings(_scenario(method="full", sharding="fsdp"), _plan(precision="fp8", gpu="H100-SXM"), 8)

@@ -141,6 +141,9 @@ def launch_settings(scenario: Scenario, plan: Plan, cards_per_node: int, save_st
         if fw is Framework.nemo:
             settings["nemo"].setdefault("checkpoint", {})["every_n_train_steps"] = save_steps
     notes += loss_settings(settings, scenario)
+    if scenario.training.reduce_dtype == "fp32":  # a property of the user's own FSDP2 loop, which no file here sets
+        notes.append("reduce_dtype fp32: priced as asked (gradients held across micro-batches at 4 B), but these "
+                     "files do not set FSDP2's MixedPrecisionPolicy; your training loop's policy must")
     if steps is not None:
         notes.append(run_length(settings, scenario, steps))
     if checkpoints_kept is not None:
