@@ -106,9 +106,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"calibrated {figs['band_calibrated']}%")  # fmt: skip
     if args.check or args.write:
         stale = readme_figures.sync(REPO / "README.md", README_SENTENCE, quoted, args.write)
-        readme_figures.report(stale, args.write)
-        if args.check and stale:
-            sys.exit(1)
+        readme_figures.conclude(stale, args.check, args.write)
 
 
 if __name__ == "__main__":

@@ -391,16 +391,21 @@ def saving_figures(savings: list[float]) -> dict[str, str]:
             "others": f"{statistics.median(others) * 100:.1f}" if others else "0.0"}  # fmt: skip
 
 
+def _table_rows(lines: list[str]) -> dict[str, tuple[int, list[str]]]:
+    """Each reading's row of docs/trade-offs.md's table: its line number and its cells (:data:`TABLE_ROWS`)."""
+    found = {}
+    for at, line in enumerate(lines):
+        for key, prefix in TABLE_ROWS.items():
+            if key not in found and line.startswith(prefix):
+                found[key] = (at, line.rstrip().removesuffix(" |").split(" | "))
+    return found
+
+
 def quoted_figures(root: Path = REPO) -> dict[str, dict[str, str]]:
     """The saving figures docs/trade-offs.md's table quotes now (the shape :func:`saving_figures` gives)."""
-    out = {}
-    for line in (root / "docs" / "trade-offs.md").read_text(encoding="utf-8").split("\n"):
-        for key, prefix in TABLE_ROWS.items():
-            if line.startswith(prefix):
-                cells = line.rstrip().removesuffix(" |").split(" | ")
-                out[key] = {"n": cells[1], "median": cells[2].rstrip("%"), "zero": cells[3],
-                            "others": cells[4].rstrip("%")}  # fmt: skip
-    return out
+    rows = _table_rows((root / "docs" / "trade-offs.md").read_text(encoding="utf-8").split("\n"))
+    return {key: {"n": cells[1], "median": cells[2].rstrip("%"), "zero": cells[3], "others": cells[4].rstrip("%")}
+            for key, (_, cells) in rows.items()}  # fmt: skip
 
 
 def sync_figures(figures: dict[str, dict[str, str]], write: bool, root: Path = REPO) -> list[str]:
@@ -412,12 +417,12 @@ def sync_figures(figures: dict[str, dict[str, str]], write: bool, root: Path = R
     stale: list[str] = []
     doc = root / "docs" / "trade-offs.md"
     lines = doc.read_text(encoding="utf-8").split("\n")
+    rows = _table_rows(lines)
     for key, prefix in TABLE_ROWS.items():
-        at = next((k for k, line in enumerate(lines) if line.startswith(prefix)), None)
-        if at is None:
+        if key not in rows:
             stale.append(f"docs/trade-offs.md: no table row starting {prefix!r}")
             continue
-        cells = lines[at].rstrip().removesuffix(" |").split(" | ")
+        at, cells = rows[key]
         want = [figures[key]["n"], figures[key]["median"] + "%", figures[key]["zero"], figures[key]["others"] + "%"]
         if cells[1:5] != want:
             stale.append(f"docs/trade-offs.md {key}: quotes {' / '.join(cells[1:5])}, measured {' / '.join(want)}")
@@ -473,13 +478,9 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit("--check and --write need the whole review (no --limit, no --only-shipped)")
         stale = sync_figures({"charitable": saving_figures(review.savings),
                               "as_written": saving_figures(review.as_written)}, args.write)  # fmt: skip
-        readme_figures.report(stale, args.write)
-        broken = [f"{key}: {len(names)} plans" for key, names in review.counts.items()
+        broken = [f"review: {key}: {len(names)} plans" for key, names in review.counts.items()
                   if key in MUST_BE_NONE and names or key == "not_p90" and len(names) > 0.05 * n]  # fmt: skip
-        for line in broken:
-            print("review: " + line)
-        if args.check and (stale or broken):
-            sys.exit(1)
+        readme_figures.conclude(stale, args.check, args.write, broken)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
 from optimizer.inputs.atomic import write_atomic
@@ -22,7 +23,7 @@ def sync(path: Path, pattern: re.Pattern[str], values: dict[str, str], write: bo
     the file is rewritten with the measured values. A missing sentence is one line too."""
     text = path.read_text(encoding="utf-8")
     found = pattern.search(text)
-    name = path.relative_to(path.parents[1]) if path.parent.name == "docs" else path.name
+    name = path.relative_to(REPO) if path.is_relative_to(REPO) else path.name
     if found is None:
         return [f"{name}: no sentence matches {pattern.pattern[:60]!r}..."]
     stale = []
@@ -43,7 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--write", action="store_true", help="write this run's figures into the documents")
 
 
-def report(stale: list[str], write: bool) -> None:
-    """Print what differs (``stale:``) or was rewritten (``written:``)."""
+def conclude(stale: list[str], check: bool, write: bool, failures: list[str] | None = None) -> None:
+    """Print what differs (``stale:``) or was rewritten (``written:``), then the benchmark's own ``failures``
+    (targets it missed, one line each); with ``check``, exit 1 when there is either."""
     for line in stale:
         print(("written: " if write else "stale: ") + line)
+    for line in failures or []:
+        print(line)
+    if check and (stale or failures):
+        sys.exit(1)

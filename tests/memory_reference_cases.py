@@ -142,18 +142,16 @@ NOTE_SETTINGS: dict[str, list[tuple[dict[str, Any], str]]] = {
     # autocast (the engine casts the model), so modeling_qwen.py's cross-entropy sees the 16-bit logits, as in the rows
     # above.
     **{
-        case_id: [(_QWEN_DROPOUT, "r 64, alpha 16, dropout 0.05")]
-        for case_id in (
-            *(f"h-mem-29-qwen-7b-lora-s{s}" for s in (256, 1024, 4096, 8192)),
-            *(f"h-mem-34-qwen-14b-lora-s{s}" for s in (256, 8192)),
-            "h2-mem-qwen-1.8b-lora-s2048", "h2-mem-qwen-1.8b-lora-s8192", "h2-mem-qwen-7b-lora-s2048",
-            "h2-mem-qwen-14b-lora-s2048",
+        case_id: [(_QWEN_DROPOUT, "r 64, alpha 16, dropout 0.05"), *([_QWEN_LOSS] if deepspeed else [])]
+        for deepspeed, ids in (
+            (False, (*(f"h-mem-29-qwen-7b-lora-s{s}" for s in (256, 1024, 4096, 8192)),
+                     *(f"h-mem-34-qwen-14b-lora-s{s}" for s in (256, 8192)),
+                     "h2-mem-qwen-1.8b-lora-s2048", "h2-mem-qwen-1.8b-lora-s8192", "h2-mem-qwen-7b-lora-s2048",
+                     "h2-mem-qwen-14b-lora-s2048")),
+            (True, ("h-mem-34-qwen-14b-qlora-gptq-s256", "h-mem-34-qwen-14b-qlora-gptq-s8192",
+                    "h2-mem-qwen-72b-lora-zero3-4xa100-s2048")),
         )
-    },
-    **{
-        case_id: [(_QWEN_DROPOUT, "r 64, alpha 16, dropout 0.05"), _QWEN_LOSS]
-        for case_id in ("h-mem-34-qwen-14b-qlora-gptq-s256", "h-mem-34-qwen-14b-qlora-gptq-s8192",
-                        "h2-mem-qwen-72b-lora-zero3-4xa100-s2048")
+        for case_id in ids
     },
     # torchtitan@e7c0cae (2025) compiles the blocks and the loss (components/loss.py), which training.compile
     # expresses. The December 2024 rows (torchtitan@9dec370) compiled the blocks only, the loss not (train.py:
@@ -196,14 +194,11 @@ _KEMPNER_LOSS = "KempnerForge@01b461a78 Transformer.forward (bf16 logits) and sc
 _KEMPNER_REDUCE = "KempnerForge@01b461a78 MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)"
 SOURCE_SETTINGS: dict[str, list[tuple[dict[str, Any], str]]] = {
     **{
-        f"h2-mem-kempner-{m}": [({"training": {"loss": "standard_16bit_held"}}, _KEMPNER_LOSS)]
-        for m in ("llama3-8b-1xh200", "llama3-8b-tp4-4xh200")
-    },
-    **{
-        f"h2-mem-kempner-{m}": [({"training": {"reduce_every_micro_batch": False}}, _NO_SYNC),
-                                ({"training": {"loss": "standard_16bit_held"}}, _KEMPNER_LOSS),
-                                ({"training": {"reduce_dtype": "fp32"}}, _KEMPNER_REDUCE)]
-        for m in ("llama3-8b-fsdp4-4xh200", "13b-fsdp8-8xh200", "llama3-70b-tp4-fsdp8-32xh200")
+        f"h2-mem-kempner-{m}": [({"training": {"loss": "standard_16bit_held"}}, _KEMPNER_LOSS),
+                                *([({"training": {"reduce_every_micro_batch": False}}, _NO_SYNC),
+                                   ({"training": {"reduce_dtype": "fp32"}}, _KEMPNER_REDUCE)] if "fsdp" in m else [])]
+        for m in ("llama3-8b-1xh200", "llama3-8b-tp4-4xh200", "llama3-8b-fsdp4-4xh200", "13b-fsdp8-8xh200",
+                  "llama3-70b-tp4-fsdp8-32xh200")
     },
     **{
         f"mem2-titan-llama3.1-{m}": [({"training": {"loss_parallel": True}}, _TITAN_LOSS_PARALLEL)]

@@ -7,25 +7,16 @@ a stale figure is named and rewritten.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import re
 import shutil
-import sys
 
 import pytest
 
+from bench import expert_review as review
 from bench import readme_figures
 from tests.conftest import REPO
 
-
-def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    module = sys.modules.setdefault(name, importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(module)
-    return module
-
-
-review = _bench("expert_review")
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
@@ -59,7 +50,7 @@ def test_stale_figures_are_named_and_rewritten(tmp_path) -> None:
 
 @pytest.mark.parametrize("bench", ["expert_review", "plans_as_sold", "calibrate_holdout"])
 def test_every_benchmark_finds_its_sentence_in_the_readme(bench) -> None:
-    found = _bench(bench).README_SENTENCE.search(README)
+    found = importlib.import_module(f"bench.{bench}").README_SENTENCE.search(README)
     assert found is not None
     assert all(found.group(g) for g in found.re.groupindex)
 
